@@ -1,0 +1,7 @@
+"""`python -m reconciler`."""
+
+import sys
+
+from reconciler.cli import main
+
+sys.exit(main())

@@ -1,0 +1,363 @@
+"""Pure schedule arithmetic: next fire time per trigger kind, with the DST rules of SPEC §1.
+
+No I/O and no clock: every function takes the instant it reasons from.
+"""
+
+from __future__ import annotations
+
+import calendar as _calendar
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from functools import lru_cache
+from typing import Literal, Protocol
+from zoneinfo import ZoneInfo
+
+from croniter import CroniterBadDateError, croniter
+
+from reconciler.models import (
+    CalendarTrigger,
+    CronTrigger,
+    IntervalTrigger,
+    OnceTrigger,
+    TaskSpec,
+    WhenValue,
+)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Wider than any DST shift in the tz database (2 h), so a walk started this far back
+# sees the second pass of every repeated wall time.
+DST_MARGIN = timedelta(hours=3)
+# A schedule with no occurrence in this many local candidates is treated as exhausted
+# (e.g. "0 0 30 2 *" never matches).
+MAX_CANDIDATES = 200_000
+
+Overlap = Literal["first", "last", "both"]
+Gap = Literal["shift", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """One occurrence: the instant (UTC) and, when a DST rule moved or chose it, why."""
+
+    at: datetime
+    note: str | None = None
+
+
+class Schedule(Protocol):
+    """A compiled trigger."""
+
+    def next_fire(self, after: datetime) -> Fire | None: ...
+
+    def next_fire_time(self, after: datetime) -> datetime | None: ...
+
+
+class TriggerError(ValueError):
+    """A trigger that cannot be compiled; `key` is the dotted path in the task file."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _require_aware(after: datetime) -> None:
+    if after.tzinfo is None or after.utcoffset() is None:
+        raise ValueError("next_fire_time needs an aware datetime")
+
+
+# ---------------------------------------------------------------- local ↔ instant
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """How a local wall time maps to instants: one, none (gap) or two (overlap)."""
+
+    kind: Literal["normal", "gap", "overlap"]
+    instants: tuple[datetime, ...]  # normal: 1; overlap: (first pass, second pass); gap: (instant after gap,)
+
+
+def resolve_local(local: datetime, zone: ZoneInfo) -> Resolved:
+    """Classify the naive wall time `local` in `zone`."""
+    first = local.replace(tzinfo=zone, fold=0)
+    second = local.replace(tzinfo=zone, fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return Resolved("normal", (first.astimezone(UTC),))
+    first_utc = first.astimezone(UTC)
+    second_utc = second.astimezone(UTC)
+    if first_utc.astimezone(zone).replace(tzinfo=None) == local:
+        return Resolved("overlap", (min(first_utc, second_utc), max(first_utc, second_utc)))
+    return Resolved("gap", (_transition_between(min(first_utc, second_utc), max(first_utc, second_utc), zone),))
+
+
+@lru_cache(maxsize=4096)
+def _transition_between(low: datetime, high: datetime, zone: ZoneInfo) -> datetime:
+    """The first instant in (low, high] whose offset differs from low's (bisection to the second)."""
+    before = low.astimezone(zone).utcoffset()
+    lo, hi = low, high
+    while hi - lo > timedelta(seconds=1):
+        mid = lo + (hi - lo) / 2
+        mid = mid.replace(microsecond=0)
+        if mid <= lo:
+            mid = lo + timedelta(seconds=1)
+        if mid.astimezone(zone).utcoffset() == before:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def resolve_window_time(value: WhenValue, zone: ZoneInfo, key: str) -> datetime:
+    """A task-file date-time (naive = local to the task's zone) as an aware instant.
+
+    A nonexistent or ambiguous local time without an explicit offset is an error
+    naming both candidate instants.
+    """
+    if not isinstance(value, datetime):
+        value = datetime.combine(value, time())
+    if value.tzinfo is not None:
+        return value.astimezone(UTC)
+    resolved = resolve_local(value, zone)
+    if resolved.kind == "normal":
+        return resolved.instants[0]
+    options = []
+    for fold in (0, 1):
+        offset = value.replace(tzinfo=zone, fold=fold).utcoffset()
+        assert offset is not None
+        aware = value.replace(tzinfo=timezone(offset))
+        options.append(f"{aware.isoformat()} ({aware.astimezone(UTC).strftime('%H:%M')} UTC)")
+    shown = " or ".join(sorted(set(options)))
+    what = "happens twice (DST overlap)" if resolved.kind == "overlap" else "does not exist (DST gap)"
+    return_hint = f"write one of them with its offset, e.g. {options[0].split(' ')[0]}"
+    raise TriggerError(key, f"{value.isoformat()} in {zone.key} {what}: it could mean {shown}; {return_hint}")
+
+
+# ---------------------------------------------------------------- wall-clock walker
+
+
+class WallClockSchedule:
+    """Shared machinery of the wall-clock kinds (cron, calendar): DST gap/overlap rules."""
+
+    def __init__(
+        self,
+        zone: ZoneInfo,
+        gap: Gap,
+        overlap: Overlap,
+        start: datetime | None,
+        end: datetime | None,
+    ) -> None:
+        self.zone = zone
+        self.gap = gap
+        self.overlap = overlap
+        self.start = start
+        self.end = end
+
+    def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
+        """Naive local wall times matching the schedule, ascending, strictly after `after_local`."""
+        raise NotImplementedError
+
+    def _fires(self, local: datetime) -> list[Fire]:
+        resolved = resolve_local(local, self.zone)
+        if resolved.kind == "normal":
+            return [Fire(resolved.instants[0])]
+        wall = local.strftime("%Y-%m-%d %H:%M")
+        if resolved.kind == "gap":
+            if self.gap == "skip":
+                return []
+            shifted = resolved.instants[0].astimezone(self.zone)
+            return [
+                Fire(resolved.instants[0], f"{wall} does not exist (DST gap); fires at {shifted.strftime('%H:%M %Z')}")
+            ]
+        first, second = resolved.instants
+        if self.overlap == "first":
+            return [Fire(first, f"{wall} happens twice (DST overlap); fires on the first pass only")]
+        if self.overlap == "last":
+            return [Fire(second, f"{wall} happens twice (DST overlap); fires on the second pass only")]
+        return [
+            Fire(first, f"{wall} happens twice (DST overlap); first of two passes"),
+            Fire(second, f"{wall} happens twice (DST overlap); second of two passes"),
+        ]
+
+    def _near_transition(self, moment: datetime) -> bool:
+        return (moment - DST_MARGIN).astimezone(self.zone).utcoffset() != (moment + DST_MARGIN).astimezone(
+            self.zone
+        ).utcoffset()
+
+    def next_fire(self, after: datetime) -> Fire | None:
+        """The first occurrence strictly after `after`, within the window."""
+        _require_aware(after)
+        after = after.astimezone(UTC)
+        if self.start is not None and after < self.start:
+            after = self.start - timedelta(microseconds=1)
+        origin = after - DST_MARGIN if self._near_transition(after) else after
+        best: Fire | None = None
+        for count, local in enumerate(self.local_candidates(origin.astimezone(self.zone).replace(tzinfo=None))):
+            for fire in self._fires(local):
+                if fire.at > after and (best is None or fire.at < best.at):
+                    best = fire
+            if best is not None:
+                if not self._near_transition(best.at):
+                    break
+                # Later wall times can map earlier than this one by at most a DST shift.
+                if local.replace(tzinfo=self.zone, fold=0).astimezone(UTC) > best.at + DST_MARGIN:
+                    break
+            if self.end is not None and local.replace(tzinfo=self.zone).astimezone(UTC) > self.end + DST_MARGIN:
+                break
+            if count >= MAX_CANDIDATES:
+                break
+        if best is None or (self.end is not None and best.at >= self.end):
+            return None
+        return best
+
+    def next_fire_time(self, after: datetime) -> datetime | None:
+        """The first fire instant strictly after `after` (UTC), or None when exhausted."""
+        fire = self.next_fire(after)
+        return fire.at if fire else None
+
+
+class CronSchedule(WallClockSchedule):
+    """A 5-field cron expression in a zone; croniter steps naive wall time, we apply the DST rules."""
+
+    def __init__(self, fields: list[str], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.expr = " ".join(fields)
+        # One walker per schedule, rewound per call: parsing costs as much as a step.
+        self._walker = croniter(self.expr, datetime(2000, 1, 1), day_or=True)
+
+    def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
+        # croniter on naive datetimes walks pure wall-clock time (no DST handling to distrust).
+        walker = self._walker
+        walker.set_current(after_local.replace(microsecond=0), force=True)
+        while True:
+            try:
+                yield walker.get_next(datetime)
+            except CroniterBadDateError:  # no date ever matches (e.g. "0 0 30 2 *")
+                return
+
+
+def _add_months(anchor: date, months: int) -> date:
+    total = anchor.month - 1 + months
+    year, month = anchor.year + total // 12, total % 12 + 1
+    return date(year, month, min(anchor.day, _calendar.monthrange(year, month)[1]))
+
+
+class CalendarSchedule(WallClockSchedule):
+    """Every N days/weeks/months/years at wall-clock times, anchored at a date."""
+
+    def __init__(self, anchor: date, every: int, unit: str, times: list[time], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.anchor = anchor
+        self.every = every
+        self.unit = unit
+        self.times = times
+
+    def _date(self, k: int) -> date:
+        if self.unit == "days":
+            return self.anchor + timedelta(days=k * self.every)
+        if self.unit == "weeks":
+            return self.anchor + timedelta(weeks=k * self.every)
+        months = k * self.every * (12 if self.unit == "years" else 1)
+        return _add_months(self.anchor, months)
+
+    def _index_before(self, day: date) -> int:
+        if self.unit in ("days", "weeks"):
+            step = self.every * (7 if self.unit == "weeks" else 1)
+            return (day - self.anchor).days // step - 1
+        months = (day.year - self.anchor.year) * 12 + day.month - self.anchor.month
+        return months // (self.every * (12 if self.unit == "years" else 1)) - 1
+
+    def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
+        k = max(0, self._index_before(after_local.date()))
+        while True:
+            day = self._date(k)
+            for moment in self.times:
+                local = datetime.combine(day, moment)
+                if local > after_local:
+                    yield local
+            k += 1
+
+
+class IntervalSchedule:
+    """Elapsed time: anchor + k·every; DST does not shift it."""
+
+    def __init__(self, period: timedelta, anchor: datetime | None, end: datetime | None) -> None:
+        self.period = period
+        self.anchor = anchor
+        self.end = end
+
+    def next_fire(self, after: datetime) -> Fire | None:
+        _require_aware(after)
+        anchor = self.anchor or EPOCH
+        at = anchor if after < anchor else anchor + ((after - anchor) // self.period + 1) * self.period
+        if self.end is not None and at >= self.end:
+            return None
+        return Fire(at.astimezone(UTC))
+
+    def next_fire_time(self, after: datetime) -> datetime | None:
+        fire = self.next_fire(after)
+        return fire.at if fire else None
+
+
+class OnceSchedule:
+    """A single instant."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def next_fire(self, after: datetime) -> Fire | None:
+        _require_aware(after)
+        return Fire(self.at) if self.at > after else None
+
+    def next_fire_time(self, after: datetime) -> datetime | None:
+        fire = self.next_fire(after)
+        return fire.at if fire else None
+
+
+def default_overlap(spec: TaskSpec) -> Overlap:
+    """SPEC default: first pass, except a cron whose hour field is `*` or `*/1` (both passes)."""
+    if spec.policy.dst_overlap is not None:
+        return spec.policy.dst_overlap
+    trigger = spec.trigger
+    if isinstance(trigger, CronTrigger) and trigger.fields[1] in ("*", "*/1"):
+        return "both"
+    return "first"
+
+
+def compile_schedule(spec: TaskSpec) -> Schedule:
+    """Turn a validated task spec into a schedule; raises TriggerError for bad window times."""
+    zone = ZoneInfo(spec.timezone)
+    trigger = spec.trigger
+    if isinstance(trigger, OnceTrigger):
+        return OnceSchedule(resolve_window_time(trigger.at, zone, "trigger.at"))
+    start = resolve_window_time(trigger.start_at, zone, "trigger.start_at") if trigger.start_at else None
+    end = resolve_window_time(trigger.end_at, zone, "trigger.end_at") if trigger.end_at else None
+    if start is not None and end is not None and end <= start:
+        raise TriggerError("trigger.end_at", f"end_at ({trigger.end_at}) must be after start_at ({trigger.start_at})")
+    if isinstance(trigger, IntervalTrigger):
+        return IntervalSchedule(timedelta(seconds=trigger.period_seconds), start, end)
+    common: dict[str, object] = {
+        "zone": zone,
+        "gap": spec.policy.dst_gap,
+        "overlap": default_overlap(spec),
+        "start": start,
+        "end": end,
+    }
+    if isinstance(trigger, CronTrigger):
+        return CronSchedule(trigger.fields, **common)
+    assert isinstance(trigger, CalendarTrigger) and isinstance(trigger.start_at, date)
+    # The anchor date already bounds a calendar schedule from below.
+    common["start"] = None
+    return CalendarSchedule(trigger.start_at, trigger.every, trigger.unit, trigger.times, **common)
+
+
+def upcoming(schedule: Schedule, after: datetime, count: int) -> list[Fire]:
+    """The next `count` occurrences strictly after `after`."""
+    fires: list[Fire] = []
+    cursor = after
+    while len(fires) < count:
+        fire = schedule.next_fire(cursor)
+        if fire is None:
+            break
+        fires.append(fire)
+        cursor = fire.at
+    return fires

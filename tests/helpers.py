@@ -1,0 +1,28 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from reconciler.models import TaskSpec
+from reconciler.triggers import Schedule, compile_schedule, upcoming
+
+TARGET = {"url": "http://127.0.0.1:9/hook"}
+
+
+def spec(zone: str, trigger: dict[str, Any], **policy: Any) -> TaskSpec:
+    """A task spec with a dummy target."""
+    return TaskSpec.model_validate({"timezone": zone, "trigger": trigger, "target": TARGET, "policy": policy})
+
+
+def schedule(zone: str, trigger: dict[str, Any], **policy: Any) -> Schedule:
+    return compile_schedule(spec(zone, trigger, **policy))
+
+
+def fires_iso(zone: str, trigger: dict[str, Any], after: str, count: int, **policy: Any) -> list[str]:
+    """The next `count` fire times as ISO strings in the task's zone."""
+    from zoneinfo import ZoneInfo
+
+    sched = schedule(zone, trigger, **policy)
+    return [f.at.astimezone(ZoneInfo(zone)).isoformat() for f in upcoming(sched, datetime.fromisoformat(after), count)]
