@@ -39,11 +39,11 @@ class Task:
     path: str
     spec: TaskSpec
     schedule: Schedule = field(compare=False, repr=False)
-    lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
+    source: str = field(default="", compare=False, repr=False)
 
     def line_of(self, *key: str) -> int:
-        """The file line of a key path (0 when unknown)."""
-        return locate(self.lines, key)
+        """The file line of a key path (0 when unknown); computed only when an error needs it."""
+        return locate(key_lines(self.source), key)
 
     @property
     def normalized(self) -> dict[str, Any]:
@@ -206,7 +206,6 @@ def validate_data(
     task_id: str, display: str, data: dict[str, Any], source: str = ""
 ) -> tuple[Task | None, list[FileError]]:
     """Validate parsed TOML data (also used for specs read back from the database)."""
-    lines = key_lines(source)
     if not data:
         return None, [FileError(display, 0, "(file)", "empty task file; add [trigger] and [target] tables")]
     try:
@@ -217,14 +216,14 @@ def validate_data(
         for error in exc.errors():
             loc = _clean_loc(error["loc"])
             key = ".".join(loc) if loc else "(file)"
-            errors.append(FileError(display, locate(lines, loc), key, _message(error, allowed, loc)))
+            errors.append(FileError(display, locate(key_lines(source), loc), key, _message(error, allowed, loc)))
         return None, errors
     try:
         schedule = compile_schedule(spec)
     except TriggerError as exc:
         loc = tuple(exc.key.split("."))
-        return None, [FileError(display, locate(lines, loc), exc.key, exc.message)]
-    return Task(task_id, display, spec, schedule, lines), []
+        return None, [FileError(display, locate(key_lines(source), loc), exc.key, exc.message)]
+    return Task(task_id, display, spec, schedule, source), []
 
 
 def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:

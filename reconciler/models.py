@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime, time
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -115,15 +116,13 @@ class CronTrigger(Window):
     @field_validator("expr")
     @classmethod
     def _expr(cls, value: str) -> str:
-        from croniter import croniter
-
         text = " ".join(value.split())
         expanded = CRON_MACROS.get(text.lower(), text)
         if text.startswith("@") and text.lower() not in CRON_MACROS:
             raise ValueError(f"unknown macro {text!r}; use one of {', '.join(sorted(CRON_MACROS))}")
         if len(expanded.split()) != 5:
             raise ValueError(f"{value!r} must have 5 fields (minute hour day-of-month month day-of-week)")
-        if not croniter.is_valid(expanded):
+        if not _cron_valid(expanded):
             raise ValueError(f"{value!r} is not a valid cron expression")
         return text
 
@@ -136,6 +135,13 @@ class CronTrigger(Window):
         """
         raw = CRON_MACROS.get(self.expr.lower(), self.expr).split()
         return [",".join(_collapse_range(part) for part in item.split(",")) for item in raw]
+
+
+@lru_cache(maxsize=4096)
+def _cron_valid(expr: str) -> bool:
+    from croniter import croniter
+
+    return bool(croniter.is_valid(expr))
 
 
 def _collapse_range(part: str) -> str:

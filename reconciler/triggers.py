@@ -221,11 +221,13 @@ class CronSchedule(WallClockSchedule):
     def __init__(self, fields: list[str], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.expr = " ".join(fields)
-        # One walker per schedule, rewound per call: parsing costs as much as a step.
-        self._walker = croniter(self.expr, datetime(2000, 1, 1), day_or=True)
+        self._walker: croniter | None = None
 
     def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
         # croniter on naive datetimes walks pure wall-clock time (no DST handling to distrust).
+        # One walker per schedule, made on first use and rewound per call: parsing costs as much as a step.
+        if self._walker is None:
+            self._walker = croniter(self.expr, datetime(2000, 1, 1), day_or=True)
         walker = self._walker
         walker.set_current(after_local.replace(microsecond=0), force=True)
         while True:

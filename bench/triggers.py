@@ -1,0 +1,74 @@
+"""Microseconds per next_fire_time per trigger kind; files/second loading 10,000 files vs bare tomllib."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import tomllib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bench.common import best_of, write_results, write_tasks
+from reconciler.loader import discover, load_dir
+from reconciler.models import TaskSpec
+from reconciler.triggers import compile_schedule
+
+TRIGGERS = {
+    "cron (Europe/Berlin, 30 2 * * 1-5)": ("Europe/Berlin", {"kind": "cron", "expr": "30 2 * * 1-5"}),
+    "cron (UTC, */5 * * * *)": ("UTC", {"kind": "cron", "expr": "*/5 * * * *"}),
+    "interval (15m)": ("UTC", {"kind": "interval", "every": "15m"}),
+    "calendar (monthly 09:30, America/New_York)": (
+        "America/New_York",
+        {"kind": "calendar", "unit": "months", "at": "09:30", "start_at": "2026-01-31"},
+    ),
+    "once": ("UTC", {"kind": "once", "at": "2030-01-01T00:00:00Z"}),
+}
+CALLS = 5_000
+FILES = 10_000
+
+
+def per_call_us(zone: str, trigger: dict[str, object]) -> float:
+    schedule = compile_schedule(
+        TaskSpec.model_validate({"timezone": zone, "trigger": trigger, "target": {"url": "http://127.0.0.1:9/"}})
+    )
+    # Spread `after` over two years so DST transition days are included in proportion.
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    afters = [start + timedelta(minutes=211 * i) for i in range(CALLS)]
+
+    def run() -> None:
+        for after in afters:
+            schedule.next_fire_time(after)
+
+    return best_of(run) / CALLS * 1e6
+
+
+def main() -> None:
+    results: dict[str, object] = {"next_fire_time_us": {}}
+    for name, (zone, trigger) in TRIGGERS.items():
+        micros = per_call_us(zone, trigger)
+        results["next_fire_time_us"][name] = round(micros, 2)  # type: ignore[index]
+        print(f"next_fire_time  {name:45s} {micros:8.1f} µs/call")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "tasks.d"
+        write_tasks(root, FILES)
+        paths = discover(root)
+        bare = best_of(lambda: [tomllib.loads(p.read_text()) for p in paths], repeat=2)
+        start = time.perf_counter()
+        result = load_dir(root)
+        loaded = time.perf_counter() - start
+        assert not result.errors and len(result.tasks) == FILES, result.errors[:3]
+    results["load_files"] = {
+        "files": FILES,
+        "reconciler_files_per_second": round(FILES / loaded),
+        "bare_tomllib_files_per_second": round(FILES / bare),
+        "ratio_vs_tomllib": round(loaded / bare, 2),
+    }
+    print(
+        f"load {FILES} files: reconciler {FILES / loaded:,.0f} files/s, bare tomllib.loads {FILES / bare:,.0f} files/s "
+        f"({loaded / bare:.1f}× the parse-only time)"
+    )
+    print(f"wrote {write_results('triggers', results)}")
+
+
+if __name__ == "__main__":
+    main()
