@@ -363,3 +363,36 @@ def upcoming(schedule: Schedule, after: datetime, count: int) -> list[Fire]:
         fires.append(fire)
         cursor = fire.at
     return fires
+
+
+@lru_cache(maxsize=256)
+def transitions(zone: ZoneInfo, start: datetime, days: int) -> tuple[datetime, ...]:
+    """Instants (UTC) in [start, start+days) where the zone's UTC offset changes, found hour by hour."""
+    found: list[datetime] = []
+    moment = start.replace(minute=0, second=0, microsecond=0)
+    previous = moment.astimezone(zone).utcoffset()
+    for _ in range(days * 24):
+        moment += timedelta(hours=1)
+        offset = moment.astimezone(zone).utcoffset()
+        if offset != previous:
+            found.append(_transition_between(moment - timedelta(hours=1), moment, zone))
+            previous = offset
+    return tuple(found)
+
+
+def dst_warnings(schedule: Schedule, zone_name: str, now: datetime, days: int = 366) -> list[str]:
+    """Notes for occurrences in the next `days` that fall in a DST gap or overlap (one per transition)."""
+    zone = ZoneInfo(zone_name)
+    notes: list[str] = []
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    for transition in transitions(zone, day, days):
+        cursor = transition - DST_MARGIN
+        while True:
+            fire = schedule.next_fire(cursor)
+            if fire is None or fire.at > transition + DST_MARGIN:
+                break
+            if fire.note:
+                notes.append(fire.note)
+                break
+            cursor = fire.at
+    return notes

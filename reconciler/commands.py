@@ -1,0 +1,298 @@
+"""The commands: validate, next, db init, plan, apply, export, watch, status.
+
+Each takes parsed arguments and returns an exit code; cli.py only wires them up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
+
+import tomli_w
+
+from reconciler import render
+from reconciler.apply import ApplyOptions, apply_tasks, read_plan
+from reconciler.clock import utcnow
+from reconciler.embedded import resolve_dsn
+from reconciler.errors import UserError
+from reconciler.loader import LoadResult, load_dir
+from reconciler.plan import Plan, is_drifted
+from reconciler.store import Store
+from reconciler.triggers import upcoming
+
+T = TypeVar("T")
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+ENGINE_LIVE_SECONDS = 30
+
+
+def err(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def load_or_report(args: argparse.Namespace) -> LoadResult | None:
+    """Load tasks.d; print every error and return None if there is any."""
+    result = load_dir(Path(args.tasks_dir), args.tasks_dir)
+    for error in result.errors:
+        err(str(error))
+    if result.errors:
+        err(f"{len(result.errors)} error(s) in {args.tasks_dir}; nothing was changed")
+        return None
+    return result
+
+
+def parse_instant(text: str, option: str) -> datetime:
+    """An ISO date-time; without an offset it is UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"{option}: {text!r} is not an ISO date-time; write e.g. 2026-12-03T00:00:00Z") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    result = load_or_report(args)
+    if result is None:
+        return EXIT_ERROR
+    print(f"{len(result.tasks)} task file(s) in {args.tasks_dir} are valid")
+    return EXIT_OK
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    result = load_or_report(args)
+    if result is None:
+        return EXIT_ERROR
+    by_id = {task.id: task for task in result.tasks}
+    unknown = [i for i in args.ids if i not in by_id]
+    if unknown:
+        raise UserError(f"unknown task id(s): {', '.join(unknown)}; see `reconciler validate` for the ids")
+    after = parse_instant(args.after, "--after") if args.after else utcnow()
+    chosen = [by_id[i] for i in args.ids] if args.ids else result.tasks
+    rows = [(task, upcoming(task.schedule, after, args.count)) for task in chosen]
+    print(render.next_json(rows) if args.format == "json" else render.next_text(rows))
+    return EXIT_OK
+
+
+def with_store(args: argparse.Namespace, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store named by --dsn / env / embedded, initialize the schema, run `work`."""
+
+    async def run() -> T:
+        async with Store(resolve_dsn(args.dsn)) as store:
+            await store.init_schema()
+            return await work(store)
+
+    return asyncio.run(run())
+
+
+def cmd_db_init(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> int:
+        return await store.init_schema()
+
+    with_store(args, work)
+    print("schema scheduler is up to date")
+    return EXIT_OK
+
+
+def write_out(text: str, out: str | None) -> None:
+    if out:
+        Path(out).write_text(text + "\n")
+    else:
+        print(text)
+
+
+def show_plan(plan: Plan, fmt: str) -> str:
+    if fmt == "json":
+        return render.plan_json(plan)
+    if fmt == "markdown":
+        return render.plan_markdown(plan)
+    return render.plan_text(plan, colour=sys.stdout.isatty())
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    loaded = load_or_report(args)
+    if loaded is None:
+        return EXIT_ERROR
+    tasks = loaded.tasks
+
+    async def work(store: Store) -> Plan:
+        return await read_plan(store, tasks, args.source, utcnow(), prune=not args.no_prune)
+
+    plan = with_store(args, work)
+    for conflict in plan.conflicts:
+        err(str(conflict))
+    if plan.conflicts:
+        return EXIT_ERROR
+    if args.out:
+        Path(args.out).write_text(render.plan_json(plan) + "\n")
+        print(f"saved plan to {args.out}; apply it with: reconciler apply {args.out}")
+        if args.format != "text":
+            print(show_plan(plan, args.format))
+        else:
+            print(render.plan_text(plan, colour=sys.stdout.isatty()))
+    else:
+        print(show_plan(plan, args.format))
+    return EXIT_CHANGES if args.detailed_exitcode and plan.has_changes else EXIT_OK
+
+
+def read_saved_plan(path: str, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read saved plan ({exc}); make one with `reconciler plan --out FILE`") from None
+    if not isinstance(data, dict) or data.get("format_version") != 1 or "state_fingerprint" not in data:
+        raise UserError(f"{path}: not a reconciler plan (format_version 1); make one with `reconciler plan --out FILE`")
+    if data.get("source") != source:
+        raise UserError(f"{path}: plan was made for source {data.get('source')!r}, not {source!r}; pass --source")
+    return data
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    saved = read_saved_plan(args.planfile, args.source) if args.planfile else None
+    loaded = load_or_report(args)
+    if loaded is None:
+        return EXIT_ERROR
+    options = ApplyOptions(
+        prune=not args.no_prune,
+        allow_empty=args.allow_empty,
+        max_deletes=args.max_deletes,
+        expect_state=saved["state_fingerprint"] if saved else None,
+        expect_files=saved.get("files_fingerprint") if saved else None,
+    )
+    tasks = loaded.tasks
+
+    async def work(store: Store) -> int:
+        result = await apply_tasks(store, tasks, args.source, utcnow(), options)
+        print(render.plan_text(result.plan, colour=sys.stdout.isatty()))
+        print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
+        return EXIT_OK
+
+    return with_store(args, work)
+
+
+def _toml_value(path: tuple[str, ...], value: Any) -> Any:
+    if path in (("trigger", "start_at"), ("trigger", "end_at"), ("trigger", "at")) and isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value) if "T" in value else datetime.fromisoformat(value).date()
+        except ValueError:
+            return value
+    if isinstance(value, dict):
+        return {k: _toml_value((*path, k), v) for k, v in value.items()}
+    return value
+
+
+def export_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec in file order (as the model declares it), without empty tables or moved_from."""
+    from reconciler.models import TaskSpec
+
+    try:
+        ordered = TaskSpec.model_validate(spec).normalized()
+    except ValueError:  # a drifted row that no longer validates: export it as stored
+        ordered = dict(spec)
+
+    def prune(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: prune(v) for k, v in value.items() if v != {} and k != "moved_from"}
+        return value
+
+    result: dict[str, Any] = prune(ordered)
+    return result
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> int:
+        async with store.connection() as conn:
+            rows = await Store.tasks(conn)
+        out = Path(args.out_dir)
+        for row in rows:
+            target = out / f"{row.id}.toml"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(tomli_w.dumps(_toml_value((), export_spec(row.spec))))
+        print(f"exported {len(rows)} task(s) to {out}")
+        return EXIT_OK
+
+    return with_store(args, work)
+
+
+def _local(moment: datetime | None, zone: str) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with store.connection() as conn:
+            rows = await Store.fetch(conn, "status_rows")
+            since = utcnow() - timedelta(seconds=ENGINE_LIVE_SECONDS)
+            engines = await Store.fetch(conn, "engines_live", {"since": since})
+        return rows, engines
+
+    rows, engines = with_store(args, work)
+    from reconciler.store import TaskRow
+
+    items = []
+    for row in rows:
+        task_row = TaskRow(**{k: row[k] for k in TaskRow.__dataclass_fields__})
+        items.append(
+            {
+                "id": row["id"],
+                "source": row["source"],
+                "enabled": row["enabled"],
+                "timezone": row["timezone"],
+                "next_run_at": render.iso(row["next_run_at"]),
+                "next_run_local": _local(row["next_run_at"], row["timezone"]),
+                "last_status": row["last_status"],
+                "last_scheduled_for": render.iso(row["last_scheduled_for"]),
+                "drift": is_drifted(task_row),
+            }
+        )
+    live = [
+        {"engine_id": e["engine_id"], "host": e["host"], "pid": e["pid"], "last_seen": render.iso(e["last_seen"])}
+        for e in engines
+    ]
+    if args.format == "json":
+        print(json.dumps({"tasks": items, "engines": live}, indent=2))
+        return EXIT_OK
+    print(f"{'TASK':32} {'ENABLED':7} {'NEXT RUN (local)':24} {'NEXT RUN (UTC)':26} {'LAST':10} DRIFT")
+    for item in items:
+        print(
+            f"{item['id']:32} {'yes' if item['enabled'] else 'no':7} {item['next_run_local']:24} "
+            f"{item['next_run_at'] or '-':26} {item['last_status'] or '-':10} {'DRIFT' if item['drift'] else ''}"
+        )
+    print(f"{len(live)} live engine(s)" + "".join(f"\n  {e['engine_id']} ({e['host']} pid {e['pid']})" for e in live))
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from watchfiles import awatch
+
+    async def apply_once(store: Store) -> None:
+        loaded = load_dir(Path(args.tasks_dir), args.tasks_dir)
+        stamp = datetime.now(UTC).strftime("%H:%M:%S")
+        if loaded.errors:
+            for error in loaded.errors:
+                err(str(error))
+            err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
+            return
+        try:
+            result = await apply_tasks(
+                store, loaded.tasks, args.source, utcnow(), ApplyOptions(prune=not args.no_prune)
+            )
+        except UserError as exc:
+            err(f"[{stamp}] apply refused: {exc}; still watching")
+            return
+        print(f"[{stamp}] {render.summary_line(result.plan)}", flush=True)
+
+    async def work(store: Store) -> int:
+        await apply_once(store)
+        async for _ in awatch(args.tasks_dir, debounce=args.debounce_ms, step=50, recursive=True):
+            await apply_once(store)
+        return EXIT_OK
+
+    return with_store(args, work)

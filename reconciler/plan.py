@@ -1,0 +1,174 @@
+"""Pure diff: (desired tasks, database rows) → changes with field-level diffs. No I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from reconciler.loader import FileError, Task, spec_hash
+from reconciler.store import TaskRow
+from reconciler.triggers import dst_warnings, upcoming
+
+Op = Literal["create", "update", "delete", "move", "noop"]
+FORMAT_VERSION = 1
+# Keys whose change moves the schedule: next_run_at is recomputed from now.
+RETIMING = ("trigger", "timezone", "policy.dst_gap", "policy.dst_overlap")
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass
+class Change:
+    op: Op
+    id: str
+    moved_from: str | None = None
+    fields: list[FieldDiff] = field(default_factory=list)
+    next_fire_times: list[datetime] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    drift: bool = False
+    retime: bool = False
+    task: Task | None = None
+    row: TaskRow | None = None
+    description: str | None = None
+
+    @property
+    def writes(self) -> bool:
+        return self.op != "noop"
+
+
+@dataclass
+class Plan:
+    source: str
+    changes: list[Change]
+    conflicts: list[FileError]
+    state_fingerprint: str
+    files_fingerprint: str
+    pruned: bool = True
+
+    def count(self, op: str) -> int:
+        return sum(1 for c in self.changes if c.op == op)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {op: self.count(op) for op in ("create", "update", "delete", "move", "noop")}
+        counts["drift"] = sum(1 for c in self.changes if c.drift)
+        return counts
+
+    @property
+    def has_changes(self) -> bool:
+        return any(c.writes for c in self.changes)
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} → {"a.b": 1}; lists and scalars are leaves."""
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            out.update(flatten(value[key], f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: value}
+
+
+def diff_fields(old: dict[str, Any], new: dict[str, Any]) -> list[FieldDiff]:
+    """Field-level differences between two normalized specs, sorted by path."""
+    left, right = flatten(old), flatten(new)
+    return [
+        FieldDiff(path, left.get(path), right.get(path))
+        for path in sorted(set(left) | set(right))
+        if left.get(path) != right.get(path)
+    ]
+
+
+def state_fingerprint(rows: list[TaskRow]) -> str:
+    """What a plan read: every row's id, owner, stored hash, actual spec hash and enabled flag."""
+    digest = hashlib.sha256()
+    for row in sorted(rows, key=lambda r: r.id):
+        digest.update(f"{row.id}\0{row.source}\0{row.spec_hash}\0{spec_hash(row.spec)}\0{row.enabled}\n".encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def files_fingerprint(tasks: list[Task]) -> str:
+    """What a plan was made from: every file's id and spec hash."""
+    digest = hashlib.sha256(json.dumps(sorted((t.id, t.spec_hash) for t in tasks)).encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def is_drifted(row: TaskRow) -> bool:
+    """The row was changed outside the reconciler: its spec no longer matches its hash or columns."""
+    spec = row.spec
+    return (
+        spec_hash(spec) != row.spec_hash
+        or spec.get("enabled", True) != row.enabled
+        or spec.get("timezone", "UTC") != row.timezone
+    )
+
+
+def _schedule_preview(change: Change, task: Task, now: datetime) -> None:
+    from reconciler.render import describe_trigger
+
+    change.next_fire_times = [f.at for f in upcoming(task.schedule, now, 3)]
+    change.warnings = dst_warnings(task.schedule, task.spec.timezone, now)
+    change.description = describe_trigger(task)
+
+
+def _retimes(fields: list[FieldDiff]) -> bool:
+    return any(f.path == key or f.path.startswith(key + ".") for f in fields for key in RETIMING)
+
+
+def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: datetime, prune: bool = True) -> Plan:
+    """Diff the files against the rows of the database for one ownership `source`."""
+    if now.tzinfo is None:
+        raise ValueError("make_plan needs an aware `now`")
+    now = now.astimezone(UTC)
+    by_id = {row.id: row for row in rows}
+    changes: list[Change] = []
+    conflicts: list[FileError] = []
+    consumed: set[str] = set()
+    for task in desired:
+        row = by_id.get(task.id)
+        old_id = None
+        if row is None and task.spec.moved_from and task.spec.moved_from in by_id:
+            row = by_id[task.spec.moved_from]
+            old_id = row.id
+        if row is not None and row.source != source:
+            key = "moved_from" if old_id else "id"
+            line = task.line_of("moved_from") if old_id else 0
+            conflicts.append(
+                FileError(
+                    task.path,
+                    line,
+                    key,
+                    f"task {row.id!r} is owned by source {row.source!r}, not {source!r}; "
+                    "rename the file or apply it with that --source",
+                ),
+            )
+            continue
+        if row is None:
+            change = Change("create", task.id, task=task, retime=True)
+            _schedule_preview(change, task, now)
+            changes.append(change)
+            continue
+        consumed.add(row.id)
+        fields = diff_fields(row.spec, task.normalized)
+        drift = is_drifted(row)
+        retime = _retimes(fields) or (not row.enabled and task.spec.enabled)
+        op: Op = "move" if old_id else ("update" if fields or drift else "noop")
+        change = Change(op, task.id, moved_from=old_id, fields=fields, drift=drift, retime=retime, task=task, row=row)
+        if retime:
+            _schedule_preview(change, task, now)
+        changes.append(change)
+    if prune:
+        wanted = {t.id for t in desired}
+        for row in rows:
+            if row.source == source and row.id not in consumed and row.id not in wanted:
+                changes.append(Change("delete", row.id, row=row, drift=is_drifted(row)))
+    changes.sort(key=lambda c: c.id)
+    return Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune)
