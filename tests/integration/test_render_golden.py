@@ -1,0 +1,67 @@
+"""Golden renderings of one plan (text, markdown, json) for fixed files and a fixed `now`.
+
+Regenerate after an intended change with: RECONCILER_UPDATE_GOLDEN=1 python -m pytest tests/integration/test_render_golden.py
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from reconciler import render
+from reconciler.apply import apply_tasks, read_plan
+from reconciler.loader import load_dir
+from reconciler.store import Store
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+NOW = datetime(2026, 10, 20, 8, 0, tzinfo=UTC)
+BASE = {
+    "billing/invoices.toml": 'timezone = "Europe/Berlin"\n[trigger]\nkind = "cron"\nexpr = "0 2 * * *"\n'
+    '[target]\nurl = "http://127.0.0.1:9/invoices"\n',
+    "ops/old-name.toml": '[trigger]\nkind = "interval"\nevery = "15m"\n[target]\nurl = "http://127.0.0.1:9/warm"\n',
+    "ops/retired.toml": '[trigger]\nkind = "once"\nat = 2027-01-01T00:00:00Z\n[target]\nurl = "http://127.0.0.1:9/r"\n',
+    "ops/steady.toml": '[trigger]\nkind = "cron"\nexpr = "@daily"\n[target]\nurl = "http://127.0.0.1:9/s"\n',
+    "ops/tampered.toml": '[trigger]\nkind = "cron"\nexpr = "@hourly"\n[target]\nurl = "http://127.0.0.1:9/t"\n',
+}
+CHANGED = {
+    "billing/invoices.toml": BASE["billing/invoices.toml"].replace("0 2 * * *", "30 2 * * *"),
+    "ops/cache-warm.toml": 'moved_from = "ops/old-name"\n' + BASE["ops/old-name.toml"],
+    "ops/steady.toml": BASE["ops/steady.toml"],
+    "ops/tampered.toml": BASE["ops/tampered.toml"],
+    "reports/monthly.toml": 'timezone = "America/New_York"\n[trigger]\nkind = "calendar"\nunit = "months"\n'
+    'at = "01:30"\nstart_at = 2026-01-31\n[target]\nurl = "http://127.0.0.1:9/m"\n',
+}
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for path in root.rglob("*.toml"):
+        path.unlink()
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "renderer"),
+    [("plan.txt", lambda p: render.plan_text(p)), ("plan.md", render.plan_markdown), ("plan.json", render.plan_json)],
+)
+async def test_plan_rendering_matches_golden(store: Store, dsn: str, tmp_path: Path, name: str, renderer) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path, BASE)
+    await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", NOW)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE scheduler.tasks SET spec = jsonb_set(spec, '{description}', '\"edited by hand\"') "
+            "WHERE id = 'ops/tampered'"
+        )
+    write(tmp_path, CHANGED)
+    loaded = load_dir(tmp_path, "tasks.d")
+    assert loaded.errors == []
+    text = renderer(await read_plan(store, loaded.tasks, "default", NOW)) + "\n"
+    golden = GOLDEN / name
+    if os.environ.get("RECONCILER_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
