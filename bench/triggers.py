@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.common import best_of, write_results, write_tasks
+from reconciler.cli import tune_gc
 from reconciler.loader import discover, load_dir
 from reconciler.models import TaskSpec
 from reconciler.triggers import compile_schedule
@@ -43,6 +44,7 @@ def per_call_us(zone: str, trigger: dict[str, object]) -> float:
 
 
 def main() -> None:
+    tune_gc()  # as the CLI does
     results: dict[str, object] = {"next_fire_time_us": {}}
     for name, (zone, trigger) in TRIGGERS.items():
         micros = per_call_us(zone, trigger)

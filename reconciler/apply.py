@@ -79,22 +79,33 @@ def next_run_for(change: Change, now: datetime) -> datetime | None:
     return change.row.next_run_at
 
 
-async def write_change(conn: Conn, change: Change, source: str, now: datetime) -> None:
-    """One change's statements."""
+def statements_for(change: Change, source: str, now: datetime) -> list[tuple[str, dict[str, Any]]]:
+    """One change as (query name, parameters) pairs."""
     if change.op == "delete":
-        await Store.execute(conn, "task_delete", {"id": change.id})
-        return
+        return [("task_delete", {"id": change.id})]
     assert change.task is not None
     values = _row_values(change.task, next_run_for(change, now), now)
     if change.op == "create":
-        await Store.execute(conn, "task_insert", {**values, "source": source})
-        return
+        return [("task_insert", {**values, "source": source})]
     assert change.row is not None
-    await Store.execute(conn, "task_update", {**values, "old_id": change.row.id})
+    out = [("task_update", {**values, "old_id": change.row.id})]
     if change.op == "move":
         ids = {"id": change.id, "old_id": change.row.id}
-        await Store.execute(conn, "runs_move", ids)
-        await Store.execute(conn, "leases_move", ids)
+        out += [("runs_move", ids), ("leases_move", ids)]
+    return out
+
+
+async def write_changes(conn: Conn, changes: list[Change], source: str, now: datetime) -> None:
+    """All writes of a plan, batched per statement (executemany pipelines them)."""
+    # Deletes first: a moved or re-created id may reuse a freed primary key.
+    for phase in ("delete", "update", "move", "create"):
+        batches: dict[str, list[dict[str, Any]]] = {}
+        for change in changes:
+            if change.op == phase:
+                for name, params in statements_for(change, source, now):
+                    batches.setdefault(name, []).append(params)
+        for name, params_list in batches.items():
+            await Store.execute_many(conn, name, params_list)
 
 
 @dataclass
@@ -113,9 +124,7 @@ async def apply_tasks(
         plan = make_plan(tasks, rows, source, now, prune=options.prune)
         check_rails(plan, rows, options)
         writes = [c for c in plan.changes if c.writes]
-        # Deletes first: a moved or re-created id may reuse a freed primary key.
-        for change in sorted(writes, key=lambda c: c.op != "delete"):
-            await write_change(conn, change, source, now)
+        await write_changes(conn, writes, source, now)
         if writes:
             ids = [c.id for c in writes]
             payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -76,8 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def tune_gc() -> None:
+    """Collect the young generation less often, as mypy does: loading 10,000 task files makes
+    ~350,000 long-lived objects, and default thresholds spend ~30 % of a plan in the collector."""
+    gc.set_threshold(100_000, 20, 20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code."""
+    tune_gc()
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)

@@ -238,7 +238,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     items = []
     for row in rows:
-        task_row = TaskRow(**{k: row[k] for k in TaskRow.__dataclass_fields__})
+        task_row = TaskRow.from_row(row)
         items.append(
             {
                 "id": row["id"],

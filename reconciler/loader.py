@@ -7,6 +7,7 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +46,12 @@ class Task:
         """The file line of a key path (0 when unknown); computed only when an error needs it."""
         return locate(key_lines(self.source), key)
 
-    @property
+    @cached_property
     def normalized(self) -> dict[str, Any]:
         """The spec as stored in the database."""
         return self.spec.normalized()
 
-    @property
+    @cached_property
     def spec_hash(self) -> str:
         """A stable hash of the normalized spec."""
         return spec_hash(self.normalized)
@@ -58,7 +59,7 @@ class Task:
 
 def spec_hash(normalized: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a normalized spec."""
-    canonical = json.dumps(normalized, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(normalized, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -196,6 +197,8 @@ def load_text(task_id: str, display: str, source: str) -> tuple[Task | None, lis
         text = str(exc)
         where = re.search(r"\(at line (\d+), column (\d+)\)", text)
         line = int(where.group(1)) if where else 0
+        if "(at end of document)" in text:
+            line = len(source.splitlines()) or 1
         reason = re.sub(r"\s*\(at .*\)$", "", text)
         col = f", column {where.group(2)}" if where else ""
         return None, [FileError(display, line, "toml", f"syntax error{col}: {reason}; fix the TOML syntax")]

@@ -88,10 +88,15 @@ def diff_fields(old: dict[str, Any], new: dict[str, Any]) -> list[FieldDiff]:
 
 
 def state_fingerprint(rows: list[TaskRow]) -> str:
-    """What a plan read: every row's id, owner, stored hash, actual spec hash and enabled flag."""
+    """What a plan read: every row's id, owner, stored hash and row version (xmin: any write changes it).
+
+    next_run_at is left out on purpose: the engine advances it all the time, and a saved
+    plan must stay valid across fires.
+    """
     digest = hashlib.sha256()
     for row in sorted(rows, key=lambda r: r.id):
-        digest.update(f"{row.id}\0{row.source}\0{row.spec_hash}\0{spec_hash(row.spec)}\0{row.enabled}\n".encode())
+        digest.update(f"{row.id}\0{row.source}\0{row.spec_hash}\0{row.enabled}\0{row.timezone}\n".encode())
+        digest.update(row.version.encode())
     return "sha256:" + digest.hexdigest()
 
 
@@ -104,10 +109,17 @@ def files_fingerprint(tasks: list[Task]) -> str:
 def is_drifted(row: TaskRow) -> bool:
     """The row was changed outside the reconciler: its spec no longer matches its hash or columns."""
     spec = row.spec
+    edited = row.tampered if row.tampered is not None else spec_hash(spec) != row.spec_hash
+    return edited or spec.get("enabled", True) != row.enabled or spec.get("timezone", "UTC") != row.timezone
+
+
+def _unchanged(row: TaskRow, task: Task) -> bool:
+    """The common no-op, decided without hashing the row: same stored hash, same content, same columns."""
     return (
-        spec_hash(spec) != row.spec_hash
-        or spec.get("enabled", True) != row.enabled
-        or spec.get("timezone", "UTC") != row.timezone
+        row.tampered is False
+        and row.spec_hash == task.spec_hash
+        and row.enabled == task.spec.enabled
+        and row.timezone == task.spec.timezone
     )
 
 
@@ -157,6 +169,9 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
             changes.append(change)
             continue
         consumed.add(row.id)
+        if not old_id and _unchanged(row, task):
+            changes.append(Change("noop", task.id, task=task, row=row))
+            continue
         fields = diff_fields(row.spec, task.normalized)
         drift = is_drifted(row)
         retime = _retimes(fields) or (not row.enabled and task.spec.enabled)

@@ -6,11 +6,13 @@ at one boundary; everything else is a bug and propagates.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +65,26 @@ def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
 
 @dataclass(frozen=True)
 class TaskRow:
-    """One row of scheduler.tasks."""
+    """One row of scheduler.tasks (spec parsed on first use)."""
 
     id: str
     source: str
-    spec: dict[str, Any]
+    spec_text: str
     spec_hash: str
     enabled: bool
     timezone: str
     next_run_at: datetime | None
+    version: str = ""
+    tampered: bool | None = None  # None: no digest to compare (row not written by apply)
+
+    @cached_property
+    def spec(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.spec_text)
+        return parsed
+
+    @classmethod
+    def from_row(cls, row: Row) -> TaskRow:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 
 class Store:
@@ -139,7 +152,7 @@ class Store:
         return cursor.rowcount
 
     @staticmethod
-    async def execute_many(conn: Conn, name: str, params: list[Mapping[str, Any]]) -> None:
+    async def execute_many(conn: Conn, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         if params:
             async with conn.cursor() as cursor:
                 await cursor.executemany(QUERIES[name], params)
@@ -171,7 +184,7 @@ class Store:
 
     @classmethod
     async def tasks(cls, conn: Conn) -> list[TaskRow]:
-        return [TaskRow(**row) for row in await cls.fetch(conn, "tasks_all")]
+        return [TaskRow.from_row(row) for row in await cls.fetch(conn, "tasks_all")]
 
     @staticmethod
     def jsonb(value: Any) -> Jsonb:

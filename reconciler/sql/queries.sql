@@ -15,15 +15,22 @@ SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
 SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: tasks_all
-SELECT id, source, spec, spec_hash, enabled, timezone, next_run_at FROM scheduler.tasks ORDER BY id;
+-- xmin changes with every write to a row, ours or anyone's: it is the row's version for saved plans.
+-- spec comes as text and is parsed only for rows that changed; tampered compares the digest apply wrote.
+SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
+       CASE WHEN spec_digest IS NULL THEN NULL ELSE md5(spec::text) <> spec_digest END AS tampered
+  FROM scheduler.tasks ORDER BY id;
 
 -- name: task_insert
-INSERT INTO scheduler.tasks (id, source, spec, spec_hash, enabled, timezone, next_run_at, created_at, updated_at)
-VALUES (%(id)s, %(source)s, %(spec)s, %(spec_hash)s, %(enabled)s, %(timezone)s, %(next_run_at)s, %(now)s, %(now)s);
+INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
+                             created_at, updated_at)
+VALUES (%(id)s, %(source)s, %(spec)s, %(spec_hash)s, md5((%(spec)s)::jsonb::text), %(enabled)s, %(timezone)s,
+        %(next_run_at)s, %(now)s, %(now)s);
 
 -- name: task_update
 UPDATE scheduler.tasks
-   SET id = %(id)s, spec = %(spec)s, spec_hash = %(spec_hash)s, enabled = %(enabled)s, timezone = %(timezone)s,
+   SET id = %(id)s, spec = %(spec)s, spec_hash = %(spec_hash)s, spec_digest = md5((%(spec)s)::jsonb::text),
+       enabled = %(enabled)s, timezone = %(timezone)s,
        next_run_at = %(next_run_at)s, updated_at = %(now)s
  WHERE id = %(old_id)s;
 
@@ -40,7 +47,9 @@ DELETE FROM scheduler.tasks WHERE id = %(id)s;
 SELECT pg_notify('scheduler_tasks', %(payload)s);
 
 -- name: status_rows
-SELECT t.id, t.source, t.spec, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
+SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
+       t.xmin::text AS version,
+       CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
        r.status AS last_status, r.scheduled_for AS last_scheduled_for, r.finished_at AS last_finished_at
   FROM scheduler.tasks t
   LEFT JOIN LATERAL (

@@ -45,7 +45,8 @@ def rows(dsn: str) -> dict[str, tuple[object, ...]]:
 def add_run(dsn: str, task_id: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status) VALUES (%s, %s, 'scheduled', 'succeeded')",
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status) "
+            "VALUES (%s, %s, 'scheduled', 'succeeded')",
             (task_id, NOW - timedelta(hours=1)),
         )
 

@@ -1,0 +1,181 @@
+"""plan / apply / export / status / watch / db init as a user runs them (real subprocesses, real PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).parent.parent.parent
+EXAMPLES = ROOT / "tasks.d"
+
+
+def run(*args: str, cwd: Path, dsn: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
+    if dsn:
+        env["RECONCILER_DSN"] = dsn
+    return subprocess.run(
+        [sys.executable, "-m", "reconciler", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLES, tmp_path / "tasks.d")
+    return tmp_path
+
+
+def test_plan_detailed_exitcode_apply_then_noop(dsn: str, tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    planned = run("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
+    assert planned.returncode == 2, planned.stderr
+    assert "+ create billing/invoices" in planned.stdout
+    assert "Plan: 4 to create, 0 to update, 0 to move, 0 to delete, 0 unchanged." in planned.stdout
+    applied = run("apply", cwd=cwd, dsn=dsn)
+    assert applied.returncode == 0, applied.stderr
+    assert "Apply complete: 4 change(s) written." in applied.stdout
+    again = run("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
+    assert again.returncode == 0 and "No changes." in again.stdout
+
+
+def test_saved_plan_apply_and_stale_refusal(dsn: str, tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    assert run("plan", "--out", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
+    saved = json.loads((cwd / "plan.json").read_text())
+    assert saved["format_version"] == 1 and saved["summary"]["create"] == 4
+    assert run("apply", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
+    stale = run("apply", "plan.json", cwd=cwd, dsn=dsn)  # the database moved on since the plan
+    assert stale.returncode == 1 and "stale" in stale.stderr and "Traceback" not in stale.stderr
+    bogus = cwd / "bogus.json"
+    bogus.write_text("{}")
+    refused = run("apply", str(bogus), cwd=cwd, dsn=dsn)
+    assert refused.returncode == 1 and "not a reconciler plan" in refused.stderr
+
+
+def test_invalid_file_aborts_apply_with_all_errors(dsn: str, tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    (cwd / "tasks.d" / "broken.toml").write_text("[trigger]\nkind = 'cron'\nexpr = 'nope'\n")
+    (cwd / "tasks.d" / "broken2.toml").write_text("x = [")
+    done = run("apply", cwd=cwd, dsn=dsn)
+    assert done.returncode == 1
+    assert "tasks.d/broken.toml:3: trigger.expr" in done.stderr
+    assert "tasks.d/broken2.toml:1: toml" in done.stderr
+    assert "Traceback" not in done.stderr
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('scheduler.tasks')").fetchone() == (None,) or conn.execute(
+            "SELECT count(*) FROM scheduler.tasks"
+        ).fetchone() == (0,)
+
+
+def test_export_round_trip_shows_no_changes(dsn: str, tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    assert run("apply", cwd=cwd, dsn=dsn).returncode == 0
+    exported = run("export", "--out-dir", "exported", cwd=cwd, dsn=dsn)
+    assert exported.returncode == 0, exported.stderr
+    text = (cwd / "exported" / "ops" / "monthly-report.toml").read_text()
+    assert 'client_secret = { env = "IDP_CLIENT_SECRET" }' in text or 'env = "IDP_CLIENT_SECRET"' in text
+    again = run("--tasks-dir", "exported", "plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_status_json_and_text(dsn: str, tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    assert run("apply", cwd=cwd, dsn=dsn).returncode == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE scheduler.tasks SET spec = spec || '{\"description\": \"x\"}' WHERE id = 'ops/cache-warm'")
+    done = run("status", "--format", "json", cwd=cwd, dsn=dsn)
+    data = json.loads(done.stdout)
+    by_id = {t["id"]: t for t in data["tasks"]}
+    assert set(by_id) == {"billing/invoices", "ops/cache-warm", "ops/monthly-report", "ops/xmas-banner"}
+    assert by_id["ops/cache-warm"]["drift"] is True and by_id["billing/invoices"]["drift"] is False
+    assert by_id["billing/invoices"]["next_run_local"].endswith("CET")
+    text = run("status", cwd=cwd, dsn=dsn).stdout
+    assert "DRIFT" in text.splitlines()[2] or any("ops/cache-warm" in ln and "DRIFT" in ln for ln in text.splitlines())
+
+
+def test_bad_dsn_is_one_line(tmp_path: Path) -> None:
+    done = run("--dsn", "postgresql://u:topsecret@127.0.0.1:1/x?connect_timeout=2", "plan", cwd=project(tmp_path))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot connect to PostgreSQL")
+    assert "topsecret" not in done.stderr
+
+
+def test_db_init_twice(dsn: str, tmp_path: Path) -> None:
+    assert run("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0
+    assert run("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0
+
+
+def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
+    env["RECONCILER_DSN"] = dsn
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "reconciler", "watch", "--debounce-ms", "100"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def expr_in_db() -> str | None:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT spec->'trigger'->>'expr' FROM scheduler.tasks WHERE id = 'billing/invoices'"
+            ).fetchone()
+        return row[0] if row else None
+
+    def wait_for(check, seconds: float = 20) -> bool:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return True
+            except psycopg.Error:
+                pass
+            time.sleep(0.2)
+        return False
+
+    try:
+        assert wait_for(lambda: expr_in_db() == "30 2 * * 1-5"), "initial apply did not happen"
+        path = cwd / "tasks.d" / "billing" / "invoices.toml"
+        (cwd / "tasks.d" / "oops.toml").write_text("this is = = not toml")
+        time.sleep(1.0)
+        assert proc.poll() is None, "watch died on an invalid file"
+        (cwd / "tasks.d" / "oops.toml").unlink()
+        path.write_text(path.read_text().replace("30 2 * * 1-5", "45 3 * * 1-5"))
+        assert wait_for(lambda: expr_in_db() == "45 3 * * 1-5"), "edit was not applied"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, errors = proc.communicate(timeout=20)
+    assert "tasks.d/oops.toml:1: toml: syntax error" in errors
+    assert "nothing applied, still watching" in errors
+    assert "Plan: 4 to create" in out and "1 to update" in out
+    assert "Traceback" not in errors
+
+
+def _stop_embedded(home: Path) -> None:
+    pidfile = home / ".reconciler" / "pgdata" / "postmaster.pid"
+    if pidfile.exists():
+        os.kill(int(pidfile.read_text().split()[0]), signal.SIGTERM)
+
+
+def test_embedded_database_when_no_dsn(tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    try:
+        planned = run("plan", cwd=cwd)
+        assert planned.returncode == 0, planned.stderr
+        assert "4 to create" in planned.stdout
+        applied = run("apply", cwd=cwd)
+        assert applied.returncode == 0, applied.stderr
+        assert (cwd / ".reconciler" / "pgdata" / "PG_VERSION").exists()
+        assert "No changes." in run("plan", cwd=cwd).stdout
+    finally:
+        _stop_embedded(cwd)
