@@ -72,6 +72,23 @@ def build_parser() -> argparse.ArgumentParser:
     export = add("export", commands.cmd_export, "write the database's tasks as files")
     export.add_argument("--out-dir", default="tasks.d")
 
+    engine = add("engine", commands.cmd_engine, "claim and fire due tasks until SIGTERM")
+    engine.add_argument("--concurrency", type=int, default=100, help="requests in flight in this process")
+    engine.add_argument("--metrics-addr", help="HOST:PORT for /metrics, /healthz and /readyz")
+    engine.add_argument("--engine-id", help="name in scheduler.engines and run rows (default host-pid)")
+    engine.add_argument("--batch", type=int, default=100, help="due tasks claimed per transaction")
+    engine.add_argument("--max-sleep", type=float, default=30.0, help="longest sleep between claims (s)")
+    engine.add_argument("--drain-seconds", type=float, default=30.0, help="wait for in-flight runs on SIGTERM")
+
+    runs = add("runs", commands.cmd_runs, "run history")
+    runs.add_argument("id", nargs="?", metavar="ID")
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "missed", "skipped", "lost"])
+    fmt(runs, "json")
+
+    trigger = add("trigger", commands.cmd_trigger, "queue one manual run now (schedule untouched)")
+    trigger.add_argument("id", metavar="ID")
+
     db = add("db", commands.cmd_db_init, "database maintenance")
     db.add_argument("action", choices=["init"], help="create or upgrade the schema")
     return parser

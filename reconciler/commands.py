@@ -79,11 +79,11 @@ def cmd_next(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def with_store(args: argparse.Namespace, work: Callable[[Store], Awaitable[T]]) -> T:
+def with_store(args: argparse.Namespace, work: Callable[[Store], Awaitable[T]], pool_size: int = 4) -> T:
     """Open the store named by --dsn / env / embedded, initialize the schema, run `work`."""
 
     async def run() -> T:
-        async with Store(resolve_dsn(args.dsn)) as store:
+        async with Store(resolve_dsn(args.dsn), max_size=pool_size) as store:
             await store.init_schema()
             return await work(store)
 
@@ -296,3 +296,76 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return with_store(args, work)
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> int:
+        async with store.transaction() as conn:
+            found = await Store.fetch(conn, "task_get", {"id": args.id})
+            if not found:
+                raise UserError(f"unknown task {args.id!r}; see `reconciler status` for the ids")
+            [row] = await Store.fetch(conn, "run_queue_manual", {"task_id": args.id, "now": utcnow()})
+            await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [args.id]}))
+        print(f"queued manual run {row['id']} of {args.id}; the schedule is unchanged")
+        return EXIT_OK
+
+    return with_store(args, work)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> list[dict[str, Any]]:
+        async with store.connection() as conn:
+            params = {"task_id": args.id, "status": args.status, "limit": args.limit}
+            return await Store.fetch(conn, "runs_list", params)
+
+    rows = with_store(args, work)
+    if args.format == "json":
+        print(
+            json.dumps(
+                [{k: render.iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in rows], indent=2
+            )
+        )
+        return EXIT_OK
+    print(f"{'RUN':>7} {'TASK':28} {'SCHEDULED FOR (UTC)':26} {'KIND':9} {'STATUS':10} {'TRY':>3} {'HTTP':>4} ERROR")
+    for r in rows:
+        print(
+            f"{r['id']:>7} {r['task_id']:28} {render.iso(r['scheduled_for']) or '-':26} {r['kind']:9} "
+            f"{r['status']:10} {r['attempt']:>3} {r['http_status'] or '-':>4} {r['error'] or ''}"
+        )
+    return EXIT_OK
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    import signal
+
+    from reconciler.engine import Engine, EngineConfig, default_engine_id
+    from reconciler.logs import setup_logging
+
+    setup_logging(args.log_format)
+    config = EngineConfig(
+        engine_id=args.engine_id or default_engine_id(),
+        batch=args.batch,
+        concurrency=args.concurrency,
+        max_sleep=args.max_sleep,
+        drain_seconds=args.drain_seconds,
+    )
+
+    async def work(store: Store) -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        engine = Engine(store, config)
+        server = None
+        if args.metrics_addr:
+            from reconciler.metrics import serve_metrics
+
+            server = await serve_metrics(args.metrics_addr, engine, store)
+        print(f"engine {config.engine_id} started (concurrency {config.concurrency})", file=sys.stderr, flush=True)
+        await engine.serve(stop)
+        if server is not None:
+            server.close()
+        print(f"engine {config.engine_id} stopped", file=sys.stderr, flush=True)
+        return EXIT_OK
+
+    return with_store(args, work, pool_size=max(4, min(20, args.concurrency // 10 + 4)))

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler import schema
 from reconciler.errors import DatabaseUnavailable
@@ -90,12 +90,16 @@ class TaskRow:
 class Store:
     """A connection pool plus the named queries."""
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4) -> None:
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 10.0) -> None:
         self.dsn = dsn
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
+            timeout=timeout,
+            # Checked on checkout: after a server restart, a dead pooled connection is replaced
+            # instead of failing the claim that drew it.
+            check=AsyncConnectionPool.check_connection,
             open=False,
             kwargs={"row_factory": dict_row, "autocommit": True},
             connection_class=AsyncConnection[Row],
@@ -130,7 +134,7 @@ class Store:
         try:
             async with self.pool.connection() as conn:
                 yield conn
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, PoolTimeout) as exc:
             raise _unavailable(self.dsn, exc) from None
 
     @asynccontextmanager

@@ -60,3 +60,119 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
 -- name: engines_live
 SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
  WHERE last_seen >= %(since)s ORDER BY engine_id;
+
+-- ============================================================== engine
+
+-- name: claim_due
+-- The claim: due rows, oldest first, skipping rows another replica holds.
+SELECT id, spec::text AS spec_text, spec_hash, next_run_at FROM scheduler.tasks
+ WHERE enabled AND next_run_at <= %(now)s
+ ORDER BY next_run_at
+ FOR UPDATE SKIP LOCKED
+ LIMIT %(batch)s;
+
+-- name: claim_queued
+-- Manual runs queued by `reconciler trigger`.
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, t.spec_hash
+  FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
+ WHERE r.status = 'queued'
+ ORDER BY r.id
+ FOR UPDATE OF r SKIP LOCKED
+ LIMIT %(batch)s;
+
+-- name: lock_tasks
+-- Per-task advisory locks (sorted, so two claims never deadlock) guarding the lease count.
+SELECT pg_advisory_xact_lock(hashtextextended('reconciler.task:' || t, 0))
+  FROM unnest(%(ids)s::text[]) AS t ORDER BY t;
+
+-- name: leases_held
+SELECT task_id, count(*) AS held FROM scheduler.run_leases
+ WHERE task_id = ANY(%(ids)s) AND expires_at > %(now)s GROUP BY task_id;
+
+-- name: runs_insert
+-- The second guard: an occurrence already recorded is not inserted (and so not fired) again.
+INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, finished_at, error)
+SELECT * FROM unnest(%(task_ids)s::text[], %(scheduled)s::timestamptz[], %(kinds)s::text[], %(statuses)s::text[],
+                     %(attempts)s::int[], %(engines)s::text[], %(claimed)s::timestamptz[],
+                     %(finished)s::timestamptz[], %(errors)s::text[])
+ON CONFLICT (task_id, scheduled_for) WHERE kind <> 'manual' DO NOTHING
+RETURNING id, task_id, scheduled_for, status;
+
+-- name: runs_start_manual
+UPDATE scheduler.runs SET status = %(status)s, engine_id = %(engine_id)s, claimed_at = %(now)s,
+       finished_at = CASE WHEN %(status)s = 'running' THEN NULL ELSE %(now)s::timestamptz END,
+       error = %(error)s
+ WHERE id = %(run_id)s;
+
+-- name: leases_insert
+INSERT INTO scheduler.run_leases (task_id, run_id, engine_id, expires_at)
+SELECT * FROM unnest(%(task_ids)s::text[], %(run_ids)s::bigint[], %(engines)s::text[], %(expires)s::timestamptz[]);
+
+-- name: tasks_advance
+UPDATE scheduler.tasks t SET next_run_at = u.next_run_at
+  FROM unnest(%(ids)s::text[], %(nexts)s::timestamptz[]) AS u(id, next_run_at)
+ WHERE t.id = u.id;
+
+-- name: run_attempt
+UPDATE scheduler.runs
+   SET attempt = %(attempt)s, started_at = COALESCE(started_at, %(started_at)s), http_status = %(http_status)s,
+       error = %(error)s, duration_ms = %(duration_ms)s, response_excerpt = %(excerpt)s
+ WHERE id = %(run_id)s;
+
+-- name: run_finish
+-- A late result still wins over `lost`: what happened is recorded.
+UPDATE scheduler.runs
+   SET status = %(status)s, attempt = %(attempt)s, started_at = COALESCE(started_at, %(started_at)s),
+       finished_at = %(finished_at)s, http_status = %(http_status)s, error = %(error)s,
+       duration_ms = %(duration_ms)s, response_excerpt = %(excerpt)s
+ WHERE id = %(run_id)s AND status IN ('running', 'lost');
+
+-- name: lease_release
+DELETE FROM scheduler.run_leases WHERE run_id = %(run_id)s;
+
+-- name: runs_mark_lost
+-- Runs whose lease expired: their engine died (or hung) while holding them.
+WITH expired AS (
+    DELETE FROM scheduler.run_leases WHERE expires_at <= %(now)s RETURNING run_id, engine_id
+)
+UPDATE scheduler.runs r
+   SET status = 'lost', finished_at = %(now)s,
+       error = 'lease expired: engine ' || e.engine_id || ' stopped before recording a result'
+  FROM expired e
+ WHERE r.id = e.run_id AND r.status = 'running'
+RETURNING r.id, r.task_id;
+
+-- name: engine_heartbeat
+INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen)
+VALUES (%(engine_id)s, %(host)s, %(pid)s, %(now)s, %(now)s)
+ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXCLUDED.host, pid = EXCLUDED.pid;
+
+-- name: engine_gone
+DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
+
+-- name: nearest_due
+SELECT min(next_run_at) AS next_run_at,
+       EXISTS (SELECT 1 FROM scheduler.runs WHERE status = 'queued') AS queued
+  FROM scheduler.tasks WHERE enabled AND next_run_at IS NOT NULL;
+
+-- name: task_get
+SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
+       NULL::boolean AS tampered
+  FROM scheduler.tasks WHERE id = %(id)s;
+
+-- name: run_queue_manual
+INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at)
+VALUES (%(task_id)s, %(now)s, 'manual', 'queued', 0, %(now)s)
+RETURNING id;
+
+-- name: runs_list
+SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
+       http_status, error, duration_ms
+  FROM scheduler.runs
+ WHERE (%(task_id)s::text IS NULL OR task_id = %(task_id)s)
+   AND (%(status)s::text IS NULL OR status = %(status)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s;
+
+-- name: due_backlog
+SELECT count(*) AS due FROM scheduler.tasks WHERE enabled AND next_run_at <= %(now)s;

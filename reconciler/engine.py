@@ -1,0 +1,476 @@
+"""The engine: `run_once(now)` claims, records and fires; `serve()` loops around it. Nothing else schedules.
+
+A claim is one transaction: lock due task rows (SKIP LOCKED), decide each due
+occurrence (fire, missed, skipped), insert the run rows (ON CONFLICT DO NOTHING),
+take leases, advance next_run_at, commit. Only then are requests sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import psycopg
+from pydantic import ValidationError
+
+from reconciler.clock import SYSTEM, Clock
+from reconciler.errors import DatabaseUnavailable
+from reconciler.models import Policy, TaskSpec
+from reconciler.store import Conn, Store
+from reconciler.targets import Attempt, Firer, Outcome, lease_seconds
+from reconciler.triggers import Schedule, TriggerError, compile_schedule
+
+log = logging.getLogger("reconciler.engine")
+
+CATCHUP_CAP = 100  # occurrences recorded per task per claim
+MAX_WALK = 200_000  # occurrences walked to reach `now` after a long outage
+DB_FAULTS = (DatabaseUnavailable, psycopg.OperationalError)
+
+Status = Literal["running", "missed", "skipped", "failed"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a claim does with one occurrence."""
+
+    scheduled_for: datetime
+    kind: str  # scheduled | catchup | manual
+    status: Status
+    error: str | None = None
+
+
+def due_occurrences(schedule: Schedule, first: datetime, now: datetime, cap: int = CATCHUP_CAP) -> list[datetime]:
+    """The occurrences from `first` up to `now` (inclusive), the newest `cap` of them."""
+    found: deque[datetime] = deque(maxlen=cap)
+    moment: datetime | None = first
+    steps = 0
+    while moment is not None and moment <= now and steps < MAX_WALK:
+        found.append(moment)
+        moment = schedule.next_fire_time(moment)
+        steps += 1
+    return list(found)
+
+
+def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int) -> list[Decision]:
+    """Misfire grace, coalesce and max_running_instances for one task's due occurrences (pure)."""
+    if not occurrences:
+        return []
+    latest = occurrences[-1]
+    grace = policy.misfire_grace_seconds
+    decisions: list[Decision] = []
+    candidates = occurrences
+    if policy.coalesce:
+        for moment in occurrences[:-1]:
+            late = (now - moment).total_seconds()
+            note = f"coalesced into the run for {latest.isoformat()} (late by {late:.0f} s)"
+            decisions.append(Decision(moment, "catchup", "missed", note))
+        candidates = [latest]
+    for moment in candidates:  # oldest first: catch-up runs count against the instance limit too
+        kind = "scheduled" if moment == latest else "catchup"
+        late = (now - moment).total_seconds()
+        if late > grace:
+            note = f"missed: claimed late by {late:.0f} s, more than misfire_grace_seconds = {grace}"
+            decisions.append(Decision(moment, kind, "missed", note))
+        elif free_slots > 0:
+            decisions.append(Decision(moment, kind, "running"))
+            free_slots -= 1
+        else:
+            note = f"skipped: max_running_instances = {policy.max_running_instances} already running"
+            decisions.append(Decision(moment, kind, "skipped", note))
+    return sorted(decisions, key=lambda d: d.scheduled_for)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    engine_id: str
+    batch: int = 100
+    concurrency: int = 100
+    max_sleep: float = 30.0
+    drain_seconds: float = 30.0
+    lease_margin: float = 30.0
+    heartbeat_seconds: float = 10.0
+    clients: int = 4
+
+
+def default_engine_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Claimed:
+    """A run this engine must fire."""
+
+    run_id: int
+    task_id: str
+    scheduled_for: datetime
+    kind: str
+    spec: TaskSpec
+
+
+@dataclass
+class Report:
+    """What one claim (and, for run_once, its firing) did."""
+
+    claimed_tasks: int = 0
+    fired: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    missed: int = 0
+    skipped: int = 0
+    lost: int = 0
+    duplicates: int = 0  # occurrences already recorded (the ON CONFLICT guard)
+    runs: list[Claimed] = field(default_factory=list)
+
+    def count(self, status: str) -> None:
+        if status in ("missed", "skipped", "failed"):
+            setattr(self, status, getattr(self, status) + 1)
+
+
+@dataclass
+class _Pending:
+    """A finished run whose result could not be written yet (database away)."""
+
+    params: dict[str, Any]
+
+
+class Engine:
+    def __init__(self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = SYSTEM) -> None:
+        self.store = store
+        self.config = config
+        self.firer = firer or Firer(clients=config.clients, max_connections=max(10, config.concurrency))
+        self.clock = clock
+        self.semaphore = asyncio.Semaphore(config.concurrency)
+        self.pending: list[_Pending] = []
+        self._compiled: dict[tuple[str, str], tuple[TaskSpec, Schedule]] = {}
+        self.inflight: set[asyncio.Task[Outcome | None]] = set()
+        self.ready = False  # a claim has succeeded (for /readyz)
+        self.observers: list[Any] = []  # metrics hooks: .claimed(report, seconds), .finished(claimed, outcome)
+
+    # ------------------------------------------------------------ compile
+
+    def _compile(self, task_id: str, spec_hash: str, spec_text: str) -> tuple[TaskSpec, Schedule]:
+        key = (task_id, spec_hash)
+        if key not in self._compiled:
+            spec = TaskSpec.model_validate(json.loads(spec_text))
+            self._compiled[key] = (spec, compile_schedule(spec))
+        return self._compiled[key]
+
+    # ------------------------------------------------------------ claim
+
+    async def claim(self, now: datetime) -> Report:
+        """One transaction: record the due occurrences and queued manual runs, take leases, advance."""
+        started = time.perf_counter()
+        report = Report()
+        async with self.store.transaction() as conn:
+            lost = await Store.fetch(conn, "runs_mark_lost", {"now": now})
+            report.lost = len(lost)
+            due = await Store.fetch(conn, "claim_due", {"now": now, "batch": self.config.batch})
+            queued = await Store.fetch(conn, "claim_queued", {"batch": self.config.batch})
+            ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
+            held: dict[str, int] = {}
+            if ids:
+                await Store.fetch(conn, "lock_tasks", {"ids": ids})
+                held = {
+                    r["task_id"]: r["held"] for r in await Store.fetch(conn, "leases_held", {"ids": ids, "now": now})
+                }
+            report.claimed_tasks = len(due)
+            inserts: list[tuple[str, Decision]] = []
+            advance: dict[str, datetime | None] = {}
+            specs: dict[str, TaskSpec] = {}
+            for row in due:
+                task_id = row["id"]
+                try:
+                    spec, schedule = self._compile(task_id, row["spec_hash"], row["spec_text"])
+                except (ValidationError, TriggerError, ValueError) as exc:
+                    reason = str(exc).splitlines()[0]
+                    inserts.append(
+                        (task_id, Decision(row["next_run_at"], "scheduled", "failed", f"invalid stored spec: {reason}"))
+                    )
+                    advance[task_id] = None
+                    continue
+                specs[task_id] = spec
+                free = spec.policy.max_running_instances - held.get(task_id, 0)
+                decisions = decide(due_occurrences(schedule, row["next_run_at"], now), now, spec.policy, free)
+                held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
+                inserts.extend((task_id, d) for d in decisions)
+                advance[task_id] = schedule.next_fire_time(now)
+            report.runs.extend(await self._insert_runs(conn, inserts, specs, now, report))
+            report.runs.extend(await self._start_manual(conn, queued, held, now, report))
+            await self._take_leases(conn, report.runs, now)
+            if advance:
+                await Store.execute(conn, "tasks_advance", {"ids": list(advance), "nexts": list(advance.values())})
+        report.fired = len(report.runs)
+        self.ready = True
+        for observer in self.observers:
+            observer.claimed(report, time.perf_counter() - started)
+        return report
+
+    async def _insert_runs(
+        self, conn: Conn, inserts: list[tuple[str, Decision]], specs: dict[str, TaskSpec], now: datetime, report: Report
+    ) -> list[Claimed]:
+        if not inserts:
+            return []
+        terminal = [d.status != "running" for _, d in inserts]
+        params = {
+            "task_ids": [t for t, _ in inserts],
+            "scheduled": [d.scheduled_for for _, d in inserts],
+            "kinds": [d.kind for _, d in inserts],
+            "statuses": [d.status for _, d in inserts],
+            "attempts": [0] * len(inserts),
+            "engines": [self.config.engine_id] * len(inserts),
+            "claimed": [now] * len(inserts),
+            "finished": [now if done else None for done in terminal],
+            "errors": [d.error for _, d in inserts],
+        }
+        rows = await Store.fetch(conn, "runs_insert", params)
+        report.duplicates += len(inserts) - len(rows)
+        kinds = {(t, d.scheduled_for): d.kind for t, d in inserts}
+        claimed: list[Claimed] = []
+        for row in rows:
+            if row["status"] == "running":
+                key = (row["task_id"], row["scheduled_for"])
+                claimed.append(
+                    Claimed(row["id"], row["task_id"], row["scheduled_for"], kinds[key], specs[row["task_id"]])
+                )
+            else:
+                report.count(row["status"])
+        return claimed
+
+    async def _start_manual(
+        self, conn: Conn, queued: list[dict[str, Any]], held: dict[str, int], now: datetime, report: Report
+    ) -> list[Claimed]:
+        claimed: list[Claimed] = []
+        for row in queued:
+            task_id = row["task_id"]
+            status, error = "running", None
+            try:
+                spec, _ = self._compile(task_id, row["spec_hash"], row["spec_text"])
+            except (ValidationError, TriggerError, ValueError) as exc:
+                status, error = "failed", f"invalid stored spec: {str(exc).splitlines()[0]}"
+            else:
+                if held.get(task_id, 0) >= spec.policy.max_running_instances:
+                    status = "skipped"
+                    error = f"skipped: max_running_instances = {spec.policy.max_running_instances} already running"
+            params = {"status": status, "engine_id": self.config.engine_id, "now": now, "error": error}
+            await Store.execute(conn, "runs_start_manual", {**params, "run_id": row["run_id"]})
+            if status == "running":
+                held[task_id] = held.get(task_id, 0) + 1
+                claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], "manual", spec))
+            else:
+                report.count(status)
+        return claimed
+
+    async def _take_leases(self, conn: Conn, runs: list[Claimed], now: datetime) -> None:
+        if not runs:
+            return
+        margin = self.config.lease_margin
+        await Store.execute(
+            conn,
+            "leases_insert",
+            {
+                "task_ids": [c.task_id for c in runs],
+                "run_ids": [c.run_id for c in runs],
+                "engines": [self.config.engine_id] * len(runs),
+                "expires": [now + timedelta(seconds=lease_seconds(c.spec, margin)) for c in runs],
+            },
+        )
+
+    # ------------------------------------------------------------ fire
+
+    async def execute(self, claimed: Claimed) -> Outcome:
+        """Fire one claimed run (bounded by --concurrency) and record its result."""
+        async with self.semaphore:
+
+            async def on_attempt(attempt: Attempt) -> None:
+                if attempt.attempt > 1 or claimed.spec.policy.retries:
+                    with contextlib.suppress(*DB_FAULTS):
+                        async with self.store.connection() as conn:
+                            await Store.execute(conn, "run_attempt", self._attempt_params(claimed, attempt))
+
+            outcome = await self.firer.fire(claimed.task_id, claimed.spec, claimed.scheduled_for, on_attempt)
+        params = {
+            **self._attempt_params(claimed, outcome.last),
+            "status": outcome.status,
+            "finished_at": self.clock.now(),
+        }
+        await self._finish(params)
+        log.info(
+            "run %s %s %s",
+            claimed.task_id,
+            claimed.scheduled_for.astimezone(UTC).isoformat(),
+            outcome.status,
+            extra={
+                "fields": {
+                    "task_id": claimed.task_id,
+                    "scheduled_for": claimed.scheduled_for.astimezone(UTC).isoformat(),
+                    "run_id": claimed.run_id,
+                    "kind": claimed.kind,
+                    "status": outcome.status,
+                    "attempt": outcome.last.attempt,
+                    "http_status": outcome.last.http_status,
+                    "duration_ms": outcome.last.duration_ms,
+                    "error": outcome.last.error,
+                }
+            },
+        )
+        for observer in self.observers:
+            observer.finished(claimed, outcome)
+        return outcome
+
+    def _attempt_params(self, claimed: Claimed, attempt: Attempt) -> dict[str, Any]:
+        return {
+            "run_id": claimed.run_id,
+            "attempt": attempt.attempt,
+            "started_at": datetime.fromtimestamp(attempt.sent_at, UTC) if attempt.sent_at else None,
+            "http_status": attempt.http_status,
+            "error": attempt.error,
+            "duration_ms": attempt.duration_ms,
+            "excerpt": attempt.excerpt,
+        }
+
+    async def _finish(self, params: dict[str, Any]) -> None:
+        """Write a result and free its lease; if the database is away, keep it for flush_pending."""
+        try:
+            await self._write_finish(params)
+        except DB_FAULTS:
+            self.pending.append(_Pending(params))
+
+    async def _write_finish(self, params: dict[str, Any]) -> None:
+        async with self.store.transaction() as conn:
+            await Store.execute(conn, "run_finish", params)
+            await Store.execute(conn, "lease_release", {"run_id": params["run_id"]})
+
+    async def flush_pending(self) -> int:
+        """Write results kept while the database was away; returns how many are still pending."""
+        while self.pending:
+            item = self.pending[0]
+            await self._write_finish(item.params)
+            self.pending.pop(0)
+        return len(self.pending)
+
+    async def run_once(self, now: datetime) -> Report:
+        """Claim at `now`, fire everything claimed, wait for the results: the unit of work."""
+        report = await self.claim(now)
+        outcomes = await asyncio.gather(*(self.execute(c) for c in report.runs))
+        for outcome in outcomes:
+            if outcome.status == "succeeded":
+                report.succeeded += 1
+            else:
+                report.failed += 1
+        return report
+
+    async def heartbeat(self, now: datetime) -> None:
+        async with self.store.connection() as conn:
+            await Store.execute(
+                conn,
+                "engine_heartbeat",
+                {"engine_id": self.config.engine_id, "host": socket.gethostname(), "pid": os.getpid(), "now": now},
+            )
+
+    async def sleep_seconds(self, now: datetime) -> float:
+        """Until the nearest next_run_at, within [0, max_sleep]; 0 when manual runs are queued."""
+        async with self.store.connection() as conn:
+            [row] = await Store.fetch(conn, "nearest_due")
+        if row["queued"]:
+            return 0.0
+        if row["next_run_at"] is None:
+            return self.config.max_sleep
+        until: float = (row["next_run_at"] - now).total_seconds()
+        return max(0.0, min(self.config.max_sleep, until))
+
+    # ------------------------------------------------------------ serve
+
+    def _spawn(self, claimed: Claimed) -> None:
+        task: asyncio.Task[Outcome | None] = asyncio.create_task(self._execute_safely(claimed))
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+
+    async def _execute_safely(self, claimed: Claimed) -> Outcome | None:
+        try:
+            return await self.execute(claimed)
+        except Exception:  # a bug must not kill the engine; the lease expiry will mark the run lost
+            log.exception("run %s failed inside the engine", claimed.task_id)
+            return None
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Claim and fire until `stop` is set; then drain in-flight runs (at most drain_seconds)."""
+        listener: psycopg.AsyncConnection[Any] | None = None
+        backoff = 0.5
+        last_beat = 0.0
+        while not stop.is_set():
+            try:
+                if listener is None:
+                    listener = await self.store.listen()
+                now = self.clock.now()
+                if time.monotonic() - last_beat >= self.config.heartbeat_seconds:
+                    await self.heartbeat(now)
+                    last_beat = time.monotonic()
+                await self.flush_pending()
+                if len(self.inflight) >= self.config.concurrency * 2:
+                    await asyncio.wait(self.inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                report = await self.claim(now)
+                for claimed in report.runs:
+                    self._spawn(claimed)
+                backoff = 0.5
+                if report.claimed_tasks >= self.config.batch:
+                    continue  # more is due right now
+                await self._wait(listener, await self.sleep_seconds(self.clock.now()), stop)
+            except DB_FAULTS as exc:
+                log.warning("database unavailable (%s); retrying in %.1f s", str(exc).splitlines()[0], backoff)
+                if listener is not None:
+                    with contextlib.suppress(Exception):
+                        await listener.close()
+                listener = None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=backoff)
+                backoff = min(backoff * 2, 10.0)
+        await self.drain()
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close()
+
+    async def _wait(self, listener: psycopg.AsyncConnection[Any], seconds: float, stop: asyncio.Event) -> None:
+        """Sleep up to `seconds`, woken early by a NOTIFY or by `stop`."""
+        if seconds <= 0:
+            return
+
+        async def notified() -> None:
+            async for _ in listener.notifies(timeout=seconds, stop_after=1):
+                return
+
+        waiters = [asyncio.create_task(notified()), asyncio.create_task(stop.wait())]
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=seconds + 1, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # re-raise a connection error from the listener
+        finally:
+            for task in waiters:
+                task.cancel()
+            for task in waiters:
+                with contextlib.suppress(asyncio.CancelledError, *DB_FAULTS):
+                    await task
+
+    async def drain(self) -> None:
+        """Let in-flight runs finish (bounded), write kept results, say goodbye."""
+        if self.inflight:
+            await asyncio.wait(set(self.inflight), timeout=self.config.drain_seconds)
+        deadline = time.monotonic() + self.config.drain_seconds
+        while self.pending and time.monotonic() < deadline:
+            try:
+                await self.flush_pending()
+            except DB_FAULTS:
+                await asyncio.sleep(0.5)
+        with contextlib.suppress(*DB_FAULTS):
+            async with self.store.connection() as conn:
+                await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})
+        await self.firer.close()
