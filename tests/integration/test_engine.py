@@ -1,0 +1,414 @@
+"""run_once(now) with injected time against a real PostgreSQL and a real local HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from reconciler.apply import apply_tasks
+from reconciler.engine import Engine, EngineConfig
+from reconciler.loader import load_dir
+from reconciler.store import Store
+from reconciler.targets import Firer
+from tests.httpserver import Recorder, serving
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+SECRET = "s3cr3t-value-never-stored-7f3a"
+
+
+@pytest.fixture
+def http() -> Iterator[tuple[str, Recorder]]:
+    with serving() as served:
+        yield served
+
+
+async def setup(store: Store, root: Path, files: dict[str, str], now: datetime = NOW) -> None:
+    for name, text in files.items():
+        (root / f"{name}.toml").parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{name}.toml").write_text(text)
+    loaded = load_dir(root, "tasks.d")
+    assert loaded.errors == [], loaded.errors
+    await apply_tasks(store, loaded.tasks, "default", now)
+
+
+def cron(url: str, expr: str = "*/5 * * * *", policy: str = "", target: str = "", top: str = "") -> str:
+    return f'{top}\n[trigger]\nkind = "cron"\nexpr = "{expr}"\n[target]\nurl = "{url}"\n{target}\n[policy]\n{policy}\n'
+
+
+@pytest.fixture
+async def engine(store: Store) -> AsyncIterator[Engine]:
+    firer = Firer(clients=2, env={"API_KEY": SECRET, "IDP_SECRET": "client-secret-value", "PW": SECRET})
+    made = Engine(store, EngineConfig("test-engine"), firer)
+    yield made
+    await firer.close()
+
+
+def runs(dsn: str, task_id: str | None = None) -> list[dict[str, object]]:
+    with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute(
+            "SELECT task_id, scheduled_for, kind, status, attempt, http_status, error FROM scheduler.runs "
+            "WHERE %(t)s::text IS NULL OR task_id = %(t)s ORDER BY scheduled_for, id",
+            {"t": task_id},
+        ).fetchall()
+
+
+def next_run(dsn: str, task_id: str) -> datetime | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT next_run_at FROM scheduler.tasks WHERE id = %s", (task_id,)).fetchone()
+    assert row is not None
+    value: datetime | None = row[0]
+    return value
+
+
+async def test_not_due_fires_nothing_then_due_fires_once(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/a")})
+    assert (await engine.run_once(NOW + timedelta(minutes=4, seconds=59))).fired == 0
+    assert rec.paths("/a") == []
+    report = await engine.run_once(NOW + timedelta(minutes=5, seconds=3))
+    assert (report.fired, report.succeeded) == (1, 1)
+    [request] = rec.paths("/a")
+    assert request.method == "POST"
+    assert request.headers["Idempotency-Key"] == "a@2026-12-02T12:05:00Z"
+    assert request.headers["X-Reconciler-Task"] == "a"
+    assert request.headers["X-Reconciler-Scheduled-For"] == "2026-12-02T12:05:00+00:00"
+    assert request.headers["X-Reconciler-Attempt"] == "1"
+    [run] = runs(dsn)
+    assert (run["status"], run["kind"], run["attempt"], run["http_status"]) == ("succeeded", "scheduled", 1, 200)
+    assert next_run(dsn, "a") == NOW + timedelta(minutes=10)
+    assert (await engine.run_once(NOW + timedelta(minutes=5, seconds=4))).fired == 0
+
+
+async def test_misfire_beyond_grace_is_recorded_missed(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/a")})
+    report = await engine.run_once(NOW + timedelta(minutes=6, seconds=1))  # 61 s late, grace 60
+    assert (report.fired, report.missed) == (0, 1)
+    assert rec.paths("/a") == []
+    [run] = runs(dsn)
+    assert run["status"] == "missed" and "late by 61 s" in str(run["error"])
+
+
+async def test_coalesce_collapses_into_latest(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/a", policy="misfire_grace_seconds = 3600")})
+    report = await engine.run_once(NOW + timedelta(minutes=17))
+    assert report.fired == 1
+    assert [r.headers["Idempotency-Key"] for r in rec.paths("/a")] == ["a@2026-12-02T12:15:00Z"]
+    assert [(r["kind"], r["status"]) for r in runs(dsn)] == [
+        ("catchup", "missed"),
+        ("catchup", "missed"),
+        ("scheduled", "succeeded"),
+    ]
+    assert next_run(dsn, "a") == NOW + timedelta(minutes=20)
+
+
+async def test_no_coalesce_fires_each_in_grace(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    policy = "misfire_grace_seconds = 500\ncoalesce = false\nmax_running_instances = 10"
+    await setup(store, tmp_path, {"a": cron(f"{url}/a", policy=policy)})
+    await engine.run_once(NOW + timedelta(minutes=17))  # 12:05 is 720 s late: missed; 12:10, 12:15 fire
+    keys = sorted(r.headers["Idempotency-Key"] for r in rec.paths("/a"))
+    assert keys == ["a@2026-12-02T12:10:00Z", "a@2026-12-02T12:15:00Z"]
+    assert [(r["kind"], r["status"]) for r in runs(dsn)] == [
+        ("catchup", "missed"),
+        ("catchup", "succeeded"),
+        ("scheduled", "succeeded"),
+    ]
+
+
+async def test_catchup_is_capped_at_100_per_claim(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    text = (
+        f'[trigger]\nkind = "interval"\nevery = "1m"\n[target]\nurl = "{url}/i"\n'
+        "[policy]\nmisfire_grace_seconds = 100000\ncoalesce = false\nmax_running_instances = 1000\n"
+    )
+    await setup(store, tmp_path, {"i": text})
+    report = await engine.run_once(NOW + timedelta(minutes=300))
+    assert report.fired == 100
+    assert len(rec.paths("/i")) == 100 and len(runs(dsn)) == 100
+    # the newest 100 of the 300 due occurrences; the schedule resumes after now
+    assert runs(dsn)[0]["scheduled_for"] == NOW + timedelta(minutes=201)
+    assert next_run(dsn, "i") == NOW + timedelta(minutes=301)
+
+
+async def test_catchup_counts_against_max_instances_oldest_first(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    policy = "misfire_grace_seconds = 3600\ncoalesce = false\nmax_running_instances = 2"
+    await setup(store, tmp_path, {"a": cron(f"{url}/a", policy=policy)})
+    await engine.run_once(NOW + timedelta(minutes=15))
+    assert [r["status"] for r in runs(dsn)] == ["succeeded", "succeeded", "skipped"]
+    assert "max_running_instances = 2" in str(runs(dsn)[2]["error"])
+
+
+async def test_once_fires_once_then_idle(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    text = f'[trigger]\nkind = "once"\nat = 2026-12-02T12:30:00Z\n[target]\nurl = "{url}/o"\n'
+    await setup(store, tmp_path, {"o": text})
+    assert (await engine.run_once(NOW + timedelta(minutes=30))).fired == 1
+    assert next_run(dsn, "o") is None
+    assert (await engine.run_once(NOW + timedelta(days=30))).fired == 0
+    assert len(rec.paths("/o")) == 1
+
+
+async def test_disabled_task_never_fires(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"d": cron(f"{url}/d", top="enabled = false")})
+    assert (await engine.run_once(NOW + timedelta(hours=2))).fired == 0
+    assert rec.paths("/d") == [] and runs(dsn) == []
+
+
+async def test_end_at_stops_the_schedule(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    text = f'[trigger]\nkind = "cron"\nexpr = "*/5 * * * *"\nend_at = 2026-12-02T12:10:00Z\n[target]\nurl = "{url}/e"\n'
+    await setup(store, tmp_path, {"e": text})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    assert next_run(dsn, "e") is None  # 12:10 is excluded (end_at is exclusive)
+    assert (await engine.run_once(NOW + timedelta(minutes=10))).fired == 0
+    assert len(rec.paths("/e")) == 1
+
+
+async def test_retries_with_backoff_then_success(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/r", statuses=[503, 502, 200])
+    await setup(store, tmp_path, {"r": cron(f"{url}/r", policy="retries = 3\nretry_backoff_seconds = 0.2")})
+    report = await engine.run_once(NOW + timedelta(minutes=5))
+    assert report.succeeded == 1
+    got = rec.paths("/r")
+    assert [r.headers["X-Reconciler-Attempt"] for r in got] == ["1", "2", "3"]
+    assert len({r.headers["Idempotency-Key"] for r in got}) == 1
+    gaps = [b.at - a.at for a, b in zip(got, got[1:], strict=False)]
+    assert gaps[0] >= 0.2 and gaps[1] >= 0.4  # doubled per attempt
+    [run] = runs(dsn)
+    assert (run["status"], run["attempt"], run["http_status"]) == ("succeeded", 3, 200)
+
+
+async def test_retries_exhausted_fail_and_4xx_is_not_retried(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/down", statuses=[500])
+    rec.script("/bad", statuses=[404])
+    policy = "retries = 2\nretry_backoff_seconds = 0.01"
+    await setup(store, tmp_path, {"down": cron(f"{url}/down", policy=policy), "bad": cron(f"{url}/bad", policy=policy)})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    assert len(rec.paths("/down")) == 3 and len(rec.paths("/bad")) == 1
+    status = {r["task_id"]: (r["status"], r["attempt"], r["error"]) for r in runs(dsn)}
+    assert status == {"down": ("failed", 3, "HTTP 500"), "bad": ("failed", 1, "HTTP 404")}
+
+
+async def test_retry_after_is_honoured(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/slow", statuses=[429, 200], headers={"Retry-After": "1"})
+    await setup(store, tmp_path, {"s": cron(f"{url}/slow", policy="retries = 1\nretry_backoff_seconds = 0.01")})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    first, second = rec.paths("/slow")
+    assert second.at - first.at >= 1.0
+
+
+async def test_connect_error_is_retried(store: Store, dsn: str, engine: Engine, tmp_path: Path) -> None:
+    await setup(
+        store, tmp_path, {"c": cron("http://127.0.0.1:9/nothing", policy="retries = 2\nretry_backoff_seconds = 0.01")}
+    )
+    await engine.run_once(NOW + timedelta(minutes=5))
+    [run] = runs(dsn)
+    assert run["status"] == "failed" and run["attempt"] == 3 and str(run["error"]).startswith("connect error")
+
+
+async def test_bearer_basic_headers_json_body_arrive(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    bearer = (
+        'method = "PUT"\nheaders = { X-Tenant = "eu", X-Api-Key = { env = "API_KEY" } }\njson = { n = 1 }\n'
+        '[target.auth]\nkind = "bearer"\ntoken = { env = "API_KEY" }\n'
+    )
+    basic = 'body = "raw text"\n[target.auth]\nkind = "basic"\nusername = "svc"\npassword = { env = "PW" }\n'
+    await setup(store, tmp_path, {"b": cron(f"{url}/b", target=bearer), "p": cron(f"{url}/p", target=basic)})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    [b] = rec.paths("/b")
+    assert b.method == "PUT" and b.headers["X-Tenant"] == "eu" and b.headers["X-Api-Key"] == SECRET
+    assert b.headers["Authorization"] == f"Bearer {SECRET}" and b.body == b'{"n":1}'
+    [p] = rec.paths("/p")
+    import base64
+
+    assert p.headers["Authorization"] == "Basic " + base64.b64encode(f"svc:{SECRET}".encode()).decode()
+    assert p.body == b"raw text"
+
+
+OAUTH = (
+    '[target.auth]\nkind = "oauth2_client_credentials"\ntoken_url = "{url}/oauth/token"\n'
+    'client_id = "scheduler"\nclient_secret = {{ env = "IDP_SECRET" }}\nscope = "run"\n'
+)
+
+
+async def test_oauth_token_requested_once_for_many_runs(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    files = {f"t{i}": cron(f"{url}/protected/{i}", target=OAUTH.format(url=url)) for i in range(20)}
+    await setup(store, tmp_path, files)
+    report = await engine.run_once(NOW + timedelta(minutes=5))
+    assert report.succeeded == 20
+    assert rec.tokens_issued == 1
+    await engine.run_once(NOW + timedelta(minutes=10))
+    assert rec.tokens_issued == 1 and len(rec.paths("/protected")) == 40
+
+
+async def test_oauth_401_refreshes_once_and_retries(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"o": cron(f"{url}/protected/o", target=OAUTH.format(url=url))})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    rec.valid_tokens.clear()  # the IdP revokes every token
+    await engine.run_once(NOW + timedelta(minutes=10))
+    assert rec.tokens_issued == 2
+    assert [r["status"] for r in runs(dsn)] == ["succeeded", "succeeded"]
+    assert [r.headers["Authorization"] for r in rec.paths("/protected")] == [
+        "Bearer token-1",
+        "Bearer token-1",
+        "Bearer token-2",
+    ]
+
+
+async def test_missing_env_fails_that_run_only_and_secrets_are_never_stored_or_logged(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, rec = http
+    caplog.set_level(logging.DEBUG)
+    good = 'headers = { X-Api-Key = { env = "API_KEY" } }\n'
+    missing = '[target.auth]\nkind = "bearer"\ntoken = { env = "NOT_SET_ANYWHERE" }\n'
+    await setup(store, tmp_path, {"good": cron(f"{url}/g", target=good), "missing": cron(f"{url}/m", target=missing)})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    status = {r["task_id"]: (r["status"], r["error"]) for r in runs(dsn)}
+    assert status["good"] == ("succeeded", None)
+    assert status["missing"][0] == "failed"
+    assert "NOT_SET_ANYWHERE is not set" in str(status["missing"][1])
+    assert rec.paths("/m") == []
+    with psycopg.connect(dsn) as conn:
+        dump = "".join(
+            str(conn.execute(f"SELECT json_agg(t)::text FROM scheduler.{table} t").fetchone())
+            for table in ("tasks", "runs", "run_leases", "engines")
+        )
+    assert SECRET not in dump and "client-secret-value" not in dump
+    assert SECRET not in caplog.text
+
+
+async def test_manual_trigger_runs_now_and_keeps_schedule(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/a", expr="0 0 * * *")})
+    before = next_run(dsn, "a")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt) "
+            "VALUES ('a', %s, 'manual', 'queued', 0)",
+            (NOW + timedelta(minutes=1),),
+        )
+    report = await engine.run_once(NOW + timedelta(minutes=1))
+    assert report.succeeded == 1 and len(rec.paths("/a")) == 1
+    assert next_run(dsn, "a") == before
+    assert [(r["kind"], r["status"]) for r in runs(dsn)] == [("manual", "succeeded")]
+
+
+async def test_expired_lease_marks_run_lost_and_frees_slot(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/a")})
+    with psycopg.connect(dsn, autocommit=True) as conn:  # a dead engine's run and lease
+        [(run_id,)] = conn.execute(
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, engine_id) "
+            "VALUES ('a', %s, 'scheduled', 'running', 1, 'dead') RETURNING id",
+            (NOW - timedelta(minutes=5),),
+        ).fetchall()
+        conn.execute(
+            "INSERT INTO scheduler.run_leases VALUES ('a', %s, 'dead', %s)", (run_id, NOW + timedelta(minutes=7))
+        )
+    report = await engine.run_once(NOW + timedelta(minutes=5))  # lease still valid: the slot is taken
+    assert report.skipped == 1 and report.fired == 0
+    report = await engine.run_once(NOW + timedelta(minutes=10))
+    assert report.lost == 1 and report.fired == 1
+    statuses = [(r["status"], r["error"]) for r in runs(dsn)]
+    assert statuses[0][0] == "lost" and "engine dead" in str(statuses[0][1])
+    assert [s for s, _ in statuses[1:]] == ["skipped", "succeeded"]
+
+
+async def test_result_kept_while_database_is_away_and_written_after(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/slow", delay=1.5)
+    await setup(store, tmp_path, {"s": cron(f"{url}/slow")})
+    report = await engine.claim(NOW + timedelta(minutes=5))
+    [claimed] = report.runs
+    firing = asyncio.create_task(engine.execute(claimed))
+    await asyncio.sleep(0.3)
+    with psycopg.connect(dsn, autocommit=True, dbname="postgres") as admin:  # the database goes away
+        admin.execute("ALTER DATABASE reconciler_test ALLOW_CONNECTIONS false")
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'reconciler_test' "
+            "AND pid <> pg_backend_pid()"
+        )
+    try:
+        outcome = await firing
+        assert outcome.status == "succeeded"
+        assert len(engine.pending) == 1
+    finally:
+        with psycopg.connect(dsn, autocommit=True, dbname="postgres") as admin:
+            admin.execute("ALTER DATABASE reconciler_test ALLOW_CONNECTIONS true")
+    assert await engine.flush_pending() == 0
+    [run] = runs(dsn)
+    assert (run["status"], run["http_status"]) == ("succeeded", 200)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
+
+
+async def test_two_engines_claim_each_occurrence_once(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {f"t{i:03d}": cron(f"{url}/x/{i}") for i in range(150)})
+    engines = [Engine(store, EngineConfig(f"e{i}", batch=20)) for i in range(3)]
+    fired = []
+    while True:  # each run_once claims one batch; all three race for the same rows
+        reports = await asyncio.gather(*(e.run_once(NOW + timedelta(minutes=5)) for e in engines))
+        if not any(r.fired for r in reports):
+            break
+        fired.append([r.fired for r in reports])
+    assert sum(map(sum, fired)) == 150
+    assert all(n > 0 for n in fired[0])  # the first round really was concurrent
+    keys = [r.headers["Idempotency-Key"] for r in rec.paths("/x")]
+    assert len(keys) == len(set(keys))
+    for e in engines:
+        await e.firer.close()
