@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -151,7 +152,7 @@ async def test_catchup_is_capped_at_100_per_claim(
 async def test_catchup_counts_against_max_instances_oldest_first(
     store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
-    url, rec = http
+    url, _rec = http
     policy = "misfire_grace_seconds = 3600\ncoalesce = false\nmax_running_instances = 2"
     await setup(store, tmp_path, {"a": cron(f"{url}/a", policy=policy)})
     await engine.run_once(NOW + timedelta(minutes=15))
@@ -203,7 +204,7 @@ async def test_retries_with_backoff_then_success(
     got = rec.paths("/r")
     assert [r.headers["X-Reconciler-Attempt"] for r in got] == ["1", "2", "3"]
     assert len({r.headers["Idempotency-Key"] for r in got}) == 1
-    gaps = [b.at - a.at for a, b in zip(got, got[1:], strict=False)]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
     assert gaps[0] >= 0.2 and gaps[1] >= 0.4  # doubled per attempt
     [run] = runs(dsn)
     assert (run["status"], run["attempt"], run["http_status"]) == ("succeeded", 3, 200)
@@ -344,7 +345,7 @@ async def test_manual_trigger_runs_now_and_keeps_schedule(
 async def test_expired_lease_marks_run_lost_and_frees_slot(
     store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
-    url, rec = http
+    url, _rec = http
     await setup(store, tmp_path, {"a": cron(f"{url}/a")})
     with psycopg.connect(dsn, autocommit=True) as conn:  # a dead engine's run and lease
         [(run_id,)] = conn.execute(
