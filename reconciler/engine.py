@@ -98,7 +98,6 @@ class EngineConfig:
     drain_seconds: float = 30.0
     lease_margin: float = 30.0
     heartbeat_seconds: float = 10.0
-    clients: int = 4
 
 
 def default_engine_id() -> str:
@@ -146,10 +145,11 @@ class Engine:
     def __init__(self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = SYSTEM) -> None:
         self.store = store
         self.config = config
-        self.firer = firer or Firer(clients=config.clients, max_connections=max(10, config.concurrency))
+        self.firer = firer or Firer(concurrency=config.concurrency)
         self.clock = clock
         self.semaphore = asyncio.Semaphore(config.concurrency)
         self.pending: list[_Pending] = []
+        self._pending_event = asyncio.Event()
         self._compiled: dict[tuple[str, str], tuple[TaskSpec, Schedule]] = {}
         self.inflight: set[asyncio.Task[Outcome | None]] = set()
         self.ready = False  # a claim has succeeded (for /readyz)
@@ -302,7 +302,7 @@ class Engine:
             "status": outcome.status,
             "finished_at": self.clock.now(),
         }
-        await self._finish(params)
+        self._finish(params)
         log.info(
             "run %s %s %s",
             claimed.task_id,
@@ -337,30 +337,57 @@ class Engine:
             "excerpt": attempt.excerpt,
         }
 
-    async def _finish(self, params: dict[str, Any]) -> None:
-        """Write a result and free its lease; if the database is away, keep it for flush_pending."""
-        try:
-            await self._write_finish(params)
-        except DB_FAULTS:
-            self.pending.append(_Pending(params))
-
-    async def _write_finish(self, params: dict[str, Any]) -> None:
-        async with self.store.transaction() as conn:
-            await Store.execute(conn, "run_finish", params)
-            await Store.execute(conn, "lease_release", {"run_id": params["run_id"]})
+    def _finish(self, params: dict[str, Any]) -> None:
+        """Queue a result; results are written in batches by flush_pending (and kept while the database is away)."""
+        self.pending.append(_Pending(params))
+        self._pending_event.set()
 
     async def flush_pending(self) -> int:
-        """Write results kept while the database was away; returns how many are still pending."""
-        while self.pending:
-            item = self.pending[0]
-            await self._write_finish(item.params)
-            self.pending.pop(0)
+        """Write queued results in one transaction; raises on a database fault (results stay queued)."""
+        batch = list(self.pending)
+        if not batch:
+            return 0
+        rows = [item.params for item in batch]
+        run_ids = [r["run_id"] for r in rows]
+        async with self.store.transaction() as conn:
+            await Store.execute(
+                conn,
+                "runs_finish_many",
+                {
+                    "run_ids": run_ids,
+                    "statuses": [r["status"] for r in rows],
+                    "attempts": [r["attempt"] for r in rows],
+                    "started": [r["started_at"] for r in rows],
+                    "finished": [r["finished_at"] for r in rows],
+                    "http": [r["http_status"] for r in rows],
+                    "errors": [r["error"] for r in rows],
+                    "durations": [r["duration_ms"] for r in rows],
+                    "excerpts": [r["excerpt"] for r in rows],
+                },
+            )
+            await Store.execute(conn, "leases_release_many", {"run_ids": run_ids})
+        del self.pending[: len(batch)]
         return len(self.pending)
+
+    async def _flusher(self, stop: asyncio.Event) -> None:
+        """Background writer of results for serve(): small batches, retried while the database is away."""
+        while not (stop.is_set() and not self.inflight and not self.pending):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._pending_event.wait(), timeout=0.5)
+            self._pending_event.clear()
+            await asyncio.sleep(0.02)  # gather a batch
+            try:
+                await self.flush_pending()
+            except DB_FAULTS:
+                await asyncio.sleep(0.5)
+            if stop.is_set() and not self.inflight and not self.pending:
+                return
 
     async def run_once(self, now: datetime) -> Report:
         """Claim at `now`, fire everything claimed, wait for the results: the unit of work."""
         report = await self.claim(now)
         outcomes = await asyncio.gather(*(self.execute(c) for c in report.runs))
+        await self.flush_pending()
         for outcome in outcomes:
             if outcome.status == "succeeded":
                 report.succeeded += 1
@@ -406,6 +433,7 @@ class Engine:
         listener: psycopg.AsyncConnection[Any] | None = None
         backoff = 0.5
         last_beat = 0.0
+        flusher = asyncio.create_task(self._flusher(stop))
         while not stop.is_set():
             try:
                 if listener is None:
@@ -414,7 +442,6 @@ class Engine:
                 if time.monotonic() - last_beat >= self.config.heartbeat_seconds:
                     await self.heartbeat(now)
                     last_beat = time.monotonic()
-                await self.flush_pending()
                 if len(self.inflight) >= self.config.concurrency * 2:
                     await asyncio.wait(self.inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
                     continue
@@ -434,7 +461,7 @@ class Engine:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=backoff)
                 backoff = min(backoff * 2, 10.0)
-        await self.drain()
+        await self.drain(flusher)
         if listener is not None:
             with contextlib.suppress(Exception):
                 await listener.close()
@@ -460,16 +487,15 @@ class Engine:
                 with contextlib.suppress(asyncio.CancelledError, *DB_FAULTS):
                     await task
 
-    async def drain(self) -> None:
-        """Let in-flight runs finish (bounded), write kept results, say goodbye."""
+    async def drain(self, flusher: asyncio.Task[None]) -> None:
+        """Let in-flight runs finish (bounded), write their results (bounded), say goodbye."""
         if self.inflight:
             await asyncio.wait(set(self.inflight), timeout=self.config.drain_seconds)
-        deadline = time.monotonic() + self.config.drain_seconds
-        while self.pending and time.monotonic() < deadline:
-            try:
-                await self.flush_pending()
-            except DB_FAULTS:
-                await asyncio.sleep(0.5)
+        self._pending_event.set()
+        try:
+            await asyncio.wait_for(flusher, timeout=self.config.drain_seconds)
+        except TimeoutError:
+            log.warning("%d result(s) could not be written before exit; their leases will expire", len(self.pending))
         with contextlib.suppress(*DB_FAULTS):
             async with self.store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})

@@ -121,11 +121,16 @@ def make_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # The default listen backlog (5) overflows when an engine opens dozens of connections at once.
+    request_queue_size = 1024
+
+
 @contextmanager
 def serving(port: int = 0) -> Iterator[tuple[str, Recorder]]:
     """Serve on 127.0.0.1 in a thread; yields (base URL, recorder)."""
     recorder = Recorder()
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(recorder))
+    server = _Server(("127.0.0.1", port), make_handler(recorder))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -119,16 +119,7 @@ UPDATE scheduler.runs
        error = %(error)s, duration_ms = %(duration_ms)s, response_excerpt = %(excerpt)s
  WHERE id = %(run_id)s;
 
--- name: run_finish
--- A late result still wins over `lost`: what happened is recorded.
-UPDATE scheduler.runs
-   SET status = %(status)s, attempt = %(attempt)s, started_at = COALESCE(started_at, %(started_at)s),
-       finished_at = %(finished_at)s, http_status = %(http_status)s, error = %(error)s,
-       duration_ms = %(duration_ms)s, response_excerpt = %(excerpt)s
- WHERE id = %(run_id)s AND status IN ('running', 'lost');
 
--- name: lease_release
-DELETE FROM scheduler.run_leases WHERE run_id = %(run_id)s;
 
 -- name: runs_mark_lost
 -- Runs whose lease expired: their engine died (or hung) while holding them.
@@ -176,3 +167,18 @@ SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at,
 
 -- name: due_backlog
 SELECT count(*) AS due FROM scheduler.tasks WHERE enabled AND next_run_at <= %(now)s;
+
+-- name: runs_finish_many
+-- Results are written in batches; a late result still wins over `lost`: what happened is recorded.
+UPDATE scheduler.runs r
+   SET status = u.status, attempt = u.attempt, started_at = COALESCE(r.started_at, u.started_at),
+       finished_at = u.finished_at, http_status = u.http_status, error = u.error,
+       duration_ms = u.duration_ms, response_excerpt = u.excerpt
+  FROM unnest(%(run_ids)s::bigint[], %(statuses)s::text[], %(attempts)s::int[], %(started)s::timestamptz[],
+              %(finished)s::timestamptz[], %(http)s::int[], %(errors)s::text[], %(durations)s::int[],
+              %(excerpts)s::text[])
+       AS u(id, status, attempt, started_at, finished_at, http_status, error, duration_ms, excerpt)
+ WHERE r.id = u.id AND r.status IN ('running', 'lost');
+
+-- name: leases_release_many
+DELETE FROM scheduler.run_leases WHERE run_id = ANY(%(run_ids)s);

@@ -14,6 +14,7 @@ import pytest
 
 from reconciler.apply import apply_tasks
 from reconciler.engine import Engine, EngineConfig
+from reconciler.errors import DatabaseUnavailable
 from reconciler.loader import load_dir
 from reconciler.store import Store
 from reconciler.targets import Firer
@@ -44,7 +45,7 @@ def cron(url: str, expr: str = "*/5 * * * *", policy: str = "", target: str = ""
 
 @pytest.fixture
 async def engine(store: Store) -> AsyncIterator[Engine]:
-    firer = Firer(clients=2, env={"API_KEY": SECRET, "IDP_SECRET": "client-secret-value", "PW": SECRET})
+    firer = Firer(concurrency=10, env={"API_KEY": SECRET, "IDP_SECRET": "client-secret-value", "PW": SECRET})
     made = Engine(store, EngineConfig("test-engine"), firer)
     yield made
     await firer.close()
@@ -384,7 +385,9 @@ async def test_result_kept_while_database_is_away_and_written_after(
     try:
         outcome = await firing
         assert outcome.status == "succeeded"
-        assert len(engine.pending) == 1
+        with pytest.raises(DatabaseUnavailable):
+            await engine.flush_pending()
+        assert len(engine.pending) == 1  # kept, not lost
     finally:
         with psycopg.connect(dsn, autocommit=True, dbname="postgres") as admin:
             admin.execute("ALTER DATABASE reconciler_test ALLOW_CONNECTIONS true")
