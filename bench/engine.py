@@ -10,7 +10,6 @@ Results: bench/results/engine.json.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -72,11 +71,14 @@ def run_engines(dsn: str, url: str, engines: int, count: int, workdir: Path) -> 
     httpx.post(f"{url}/_reset", timeout=10)
     root = workdir / f"tasks-{engines}-{count}"
     env = {**os.environ, "RECONCILER_DSN": dsn}
+    # Logs go to a file: an unread pipe fills after ~800 run lines and blocks the engine.
+    log_path = workdir / f"engines-{engines}-{count}.log"
+    log_file = log_path.open("w")
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "reconciler", "engine", "--engine-id", f"bench-{i}", "--concurrency", "40",
              "--batch", "200", "--max-sleep", "1"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=env, stdout=subprocess.DEVNULL, stderr=log_file,
         )
         for i in range(engines)
     ]
@@ -99,7 +101,8 @@ def run_engines(dsn: str, url: str, engines: int, count: int, workdir: Path) -> 
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
-            proc.communicate(timeout=60)
+            proc.wait(timeout=60)
+        log_file.close()
     got = stats(url)
     lags = sorted(got["lags"])  # type: ignore[call-overload]
     span = float(got["last"]) - float(got["first"])  # type: ignore[arg-type]
@@ -166,17 +169,20 @@ def main() -> None:
                 dsn = fresh_database(admin, f"reconciler_bench_engine_{engines}")
                 row = run_engines(dsn, url, engines, TASKS, Path(tmp))
                 row["bare_claim_rows_per_second"] = round(bare_claim_loop(dsn, TASKS), 1)
-                fps = row["fires_per_second"]
-                row["ratio_vs_bare_claim"] = round(float(fps) / float(row["bare_claim_rows_per_second"]), 3) if fps else None  # type: ignore[arg-type]
+                fps, bare = row["fires_per_second"], row["bare_claim_rows_per_second"]
+                row["ratio_vs_bare_claim"] = round(float(fps) / float(bare), 3) if fps else None  # type: ignore[arg-type]
                 runs.append(row)
                 print(
-                    f"{engines} engine(s): {row['fires_per_second']} fires/s for {TASKS} tasks "
-                    f"(bare claim loop {row['bare_claim_rows_per_second']} rows/s, ratio {row['ratio_vs_bare_claim']}); "
-                    f"unique keys {row['unique_idempotency_keys']}/{TASKS}"
+                    f"{engines} engine(s): {fps} fires/s for {TASKS} tasks (bare claim loop {bare} rows/s, "
+                    f"ratio {row['ratio_vs_bare_claim']}); unique keys {row['unique_idempotency_keys']}/{TASKS}; "
+                    f"lag p50 {row['lag_p50_ms']} ms, p99 {row['lag_p99_ms']} ms"
                 )
             dsn = fresh_database(admin, "reconciler_bench_engine_lag")
             lag = run_engines(dsn, url, 1, LAG_TASKS, Path(tmp))
-            print(f"fire lag, {LAG_TASKS} tasks due in one second, 1 engine: p50 {lag['lag_p50_ms']} ms, p99 {lag['lag_p99_ms']} ms")
+            print(
+                f"fire lag, {LAG_TASKS} tasks due in one second, 1 engine: "
+                f"p50 {lag['lag_p50_ms']} ms, p99 {lag['lag_p99_ms']} ms"
+            )
             results = {"throughput": runs, "lag": lag}
     finally:
         sink.kill()
