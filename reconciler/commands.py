@@ -274,7 +274,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     async def apply_once(store: Store) -> None:
         loaded = load_dir(Path(args.tasks_dir), args.tasks_dir)
-        stamp = datetime.now(UTC).strftime("%H:%M:%S")
+        stamp = utcnow().strftime("%H:%M:%S")
         if loaded.errors:
             for error in loaded.errors:
                 err(str(error))

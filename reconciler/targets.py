@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from reconciler.clock import utcnow
 from reconciler.models import BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, TaskSpec
 
 EXCERPT_BYTES = 1024
@@ -164,7 +165,7 @@ def parse_retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, min((when - datetime.now(UTC)).total_seconds(), MAX_RETRY_AFTER))
+    return max(0.0, min((when - utcnow()).total_seconds(), MAX_RETRY_AFTER))
 
 
 def backoff_delay(base: float, attempt: int, retry_after: float | None) -> float:
