@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from reconciler import __version__, commands
 from reconciler.errors import UserError
+from reconciler.logs import error_line
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -26,6 +27,27 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     )
     parser.add_argument("--source", default=default("default"), help="ownership label of this repo's tasks")
     parser.add_argument("--log-format", choices=["text", "json"], default=default("text"))
+
+
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--concurrency", type=positive, default=100, help="requests in flight in this process")
+    parser.add_argument("--metrics-addr", help="HOST:PORT for /metrics, /healthz and /readyz")
+    parser.add_argument("--engine-id", help="name in scheduler.engines and run rows (default host-pid)")
+    parser.add_argument("--batch", type=positive, default=100, help="due tasks claimed per transaction")
+    parser.add_argument("--max-sleep", type=float, default=30.0, help="longest sleep between claims (s)")
+    parser.add_argument("--drain-seconds", type=float, default=30.0, help="wait for in-flight runs on SIGTERM")
+    parser.add_argument("--keep-runs-days", type=float, help="delete finished runs older than this (default: keep)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,13 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     export = add("export", commands.cmd_export, "write the database's tasks as files")
     export.add_argument("--out-dir", default="tasks.d")
 
-    engine = add("engine", commands.cmd_engine, "claim and fire due tasks until SIGTERM")
-    engine.add_argument("--concurrency", type=int, default=100, help="requests in flight in this process")
-    engine.add_argument("--metrics-addr", help="HOST:PORT for /metrics, /healthz and /readyz")
-    engine.add_argument("--engine-id", help="name in scheduler.engines and run rows (default host-pid)")
-    engine.add_argument("--batch", type=int, default=100, help="due tasks claimed per transaction")
-    engine.add_argument("--max-sleep", type=float, default=30.0, help="longest sleep between claims (s)")
-    engine.add_argument("--drain-seconds", type=float, default=30.0, help="wait for in-flight runs on SIGTERM")
+    _engine_options(add("engine", commands.cmd_engine, "claim and fire due tasks until SIGTERM"))
+    up = add("up", commands.cmd_up, "local one-process mode: embedded database, apply, watch and engine")
+    _engine_options(up)
+    up.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
+    up.add_argument("--debounce-ms", type=int, default=300)
 
     runs = add("runs", commands.cmd_runs, "run history")
     runs.add_argument("id", nargs="?", metavar="ID")
@@ -108,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
         return code
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(str(exc), args.log_format), file=sys.stderr)
         return commands.EXIT_ERROR
     except KeyboardInterrupt:
         return 130

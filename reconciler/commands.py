@@ -1,4 +1,4 @@
-"""The commands: validate, next, db init, plan, apply, export, watch, status.
+"""The commands: validate, next, db init, plan, apply, export, watch, status, runs, trigger, engine, up.
 
 Each takes parsed arguments and returns an exit code; cli.py only wires them up.
 """
@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -21,14 +23,18 @@ from reconciler import render
 from reconciler.apply import ApplyOptions, apply_tasks, read_plan
 from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
+from reconciler.engine import Claimed, Engine, EngineConfig, Report, default_engine_id
 from reconciler.errors import UserError
 from reconciler.loader import LoadResult, load_dir
+from reconciler.logs import setup_logging
 from reconciler.plan import Plan, is_drifted
 from reconciler.store import Store
+from reconciler.targets import Outcome
 from reconciler.triggers import upcoming
 
 T = TypeVar("T")
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+log = logging.getLogger("reconciler.cli")
 ENGINE_LIVE_SECONDS = 30
 
 
@@ -269,30 +275,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_watch(args: argparse.Namespace) -> int:
+async def apply_files(store: Store, args: argparse.Namespace) -> None:
+    """One apply of the task files for watch/up: errors are reported and nothing is applied."""
+    loaded = load_dir(Path(args.tasks_dir), args.tasks_dir)
+    stamp = utcnow().strftime("%H:%M:%S")
+    if loaded.errors:
+        for error in loaded.errors:
+            err(str(error))
+        err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
+        return
+    try:
+        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), ApplyOptions(prune=not args.no_prune))
+    except UserError as exc:
+        err(f"[{stamp}] apply refused: {exc}; still watching")
+        return
+    print(f"[{stamp}] {render.summary_line(result.plan)}", flush=True)
+
+
+async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
+    """Apply now, then after every (debounced) change below --tasks-dir until `stop` is set."""
     from watchfiles import awatch
 
-    async def apply_once(store: Store) -> None:
-        loaded = load_dir(Path(args.tasks_dir), args.tasks_dir)
-        stamp = utcnow().strftime("%H:%M:%S")
-        if loaded.errors:
-            for error in loaded.errors:
-                err(str(error))
-            err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
-            return
-        try:
-            result = await apply_tasks(
-                store, loaded.tasks, args.source, utcnow(), ApplyOptions(prune=not args.no_prune)
-            )
-        except UserError as exc:
-            err(f"[{stamp}] apply refused: {exc}; still watching")
-            return
-        print(f"[{stamp}] {render.summary_line(result.plan)}", flush=True)
+    await apply_files(store, args)
+    async for _ in awatch(args.tasks_dir, debounce=args.debounce_ms, step=50, recursive=True, stop_event=stop):
+        await apply_files(store, args)
 
+
+def cmd_watch(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
-        await apply_once(store)
-        async for _ in awatch(args.tasks_dir, debounce=args.debounce_ms, step=50, recursive=True):
-            await apply_once(store)
+        await watch_files(store, args)
         return EXIT_OK
 
     return with_store(args, work)
@@ -335,37 +346,94 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_engine(args: argparse.Namespace) -> int:
-    import signal
-
-    from reconciler.engine import Engine, EngineConfig, default_engine_id
-    from reconciler.logs import setup_logging
-
-    setup_logging(args.log_format)
-    config = EngineConfig(
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
         engine_id=args.engine_id or default_engine_id(),
         batch=args.batch,
         concurrency=args.concurrency,
         max_sleep=args.max_sleep,
         drain_seconds=args.drain_seconds,
+        keep_runs_days=args.keep_runs_days,
     )
 
-    async def work(store: Store) -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        engine = Engine(store, config)
-        server = None
-        if args.metrics_addr:
-            from reconciler.metrics import serve_metrics
 
-            server = await serve_metrics(args.metrics_addr, engine, store)
-        print(f"engine {config.engine_id} started (concurrency {config.concurrency})", file=sys.stderr, flush=True)
-        await engine.serve(stop)
-        if server is not None:
-            server.close()
-        print(f"engine {config.engine_id} stopped", file=sys.stderr, flush=True)
+async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event, engine: Engine) -> None:
+    """Serve `engine` (and its metrics endpoint, if asked) until `stop` is set."""
+    server = None
+    if args.metrics_addr:
+        from reconciler.metrics import serve_metrics
+
+        server = await serve_metrics(args.metrics_addr, engine, store)
+    fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency}
+    log.info("engine %s started", engine.config.engine_id, extra={"fields": fields})
+    await engine.serve(stop)
+    if server is not None:
+        server.close()
+    log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (Ctrl-C): the engine then drains and exits 0."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def engine_pool_size(args: argparse.Namespace) -> int:
+    return max(4, min(20, int(args.concurrency) // 10 + 4))
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    setup_logging(args.log_format)
+    config = engine_config(args)
+
+    async def work(store: Store) -> int:
+        await run_engine(store, args, stop_on_signals(), Engine(store, config))
         return EXIT_OK
 
-    return with_store(args, work, pool_size=max(4, min(20, args.concurrency // 10 + 4)))
+    return with_store(args, work, pool_size=engine_pool_size(args))
+
+
+class RunPrinter:
+    """Engine observer for `up`: one line per run on stdout."""
+
+    def claimed(self, report: Report, seconds: float) -> None:
+        for item in report.recorded:
+            self._line(item.task_id, item.scheduled_for, item.status, item.error or "")
+
+    def finished(self, claimed: Claimed, outcome: Outcome) -> None:
+        last = outcome.last
+        detail = last.error or f"HTTP {last.http_status}"
+        tries = f", attempt {last.attempt}" if last.attempt > 1 else ""
+        self._line(claimed.task_id, claimed.scheduled_for, outcome.status, f"{detail}, {last.duration_ms} ms{tries}")
+
+    @staticmethod
+    def _line(task_id: str, scheduled_for: datetime, status: str, detail: str) -> None:
+        stamp = utcnow().strftime("%H:%M:%S")
+        when = scheduled_for.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        print(f"[{stamp}] run {task_id} @ {when}: {status} ({detail})", flush=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Apply, watch and fire in one process: the local development loop."""
+    # Run lines go to stdout; logs only for warnings, unless machine-readable logs are asked for.
+    setup_logging(args.log_format, logging.INFO if args.log_format == "json" else logging.WARNING)
+    config = engine_config(args)
+
+    async def work(store: Store) -> int:
+        stop = stop_on_signals()
+        engine = Engine(store, config)
+        engine.observers.append(RunPrinter())
+        print(f"reconciler up: watching {args.tasks_dir}, engine {config.engine_id}; Ctrl-C stops", flush=True)
+        watcher = asyncio.create_task(watch_files(store, args, stop))
+        try:
+            await run_engine(store, args, stop, engine)
+        finally:
+            stop.set()
+            await watcher
+        print("reconciler up: stopped", flush=True)
+        return EXIT_OK
+
+    return with_store(args, work, pool_size=engine_pool_size(args))

@@ -98,6 +98,9 @@ class EngineConfig:
     drain_seconds: float = 30.0
     lease_margin: float = 30.0
     heartbeat_seconds: float = 10.0
+    keep_runs_days: float | None = None  # global retention of finished runs; policy.keep_runs caps per task
+    prune_seconds: float = 60.0  # how often serve() prunes run history
+    prune_batch: int = 500  # rows deleted per statement: short transactions, no long locks
 
 
 def default_engine_id() -> str:
@@ -128,10 +131,23 @@ class Report:
     lost: int = 0
     duplicates: int = 0  # occurrences already recorded (the ON CONFLICT guard)
     runs: list[Claimed] = field(default_factory=list)
+    recorded: list[Recorded] = field(default_factory=list)  # rows the claim finished itself
 
-    def count(self, status: str) -> None:
+    def record(self, task_id: str, scheduled_for: datetime, status: str, error: str | None) -> None:
+        """A run row that ended in the claim (missed, skipped, failed, lost)."""
+        self.recorded.append(Recorded(task_id, scheduled_for, status, error))
         if status in ("missed", "skipped", "failed"):
             setattr(self, status, getattr(self, status) + 1)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A run the claim recorded as terminal without firing it."""
+
+    task_id: str
+    scheduled_for: datetime
+    status: str
+    error: str | None
 
 
 @dataclass
@@ -172,6 +188,8 @@ class Engine:
         report = Report()
         async with self.store.transaction() as conn:
             lost = await Store.fetch(conn, "runs_mark_lost", {"now": now})
+            for row in lost:
+                report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
             report.lost = len(lost)
             due = await Store.fetch(conn, "claim_due", {"now": now, "batch": self.config.batch})
             queued = await Store.fetch(conn, "claim_queued", {"batch": self.config.batch})
@@ -242,7 +260,7 @@ class Engine:
                     Claimed(row["id"], row["task_id"], row["scheduled_for"], kinds[key], specs[row["task_id"]])
                 )
             else:
-                report.count(row["status"])
+                report.record(row["task_id"], row["scheduled_for"], row["status"], row["error"])
         return claimed
 
     async def _start_manual(
@@ -266,7 +284,7 @@ class Engine:
                 held[task_id] = held.get(task_id, 0) + 1
                 claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], "manual", spec))
             else:
-                report.count(status)
+                report.record(task_id, row["scheduled_for"], status, error)
         return claimed
 
     async def _take_leases(self, conn: Conn, runs: list[Claimed], now: datetime) -> None:
@@ -395,6 +413,24 @@ class Engine:
                 report.failed += 1
         return report
 
+    async def prune_runs(self, now: datetime, max_batches: int = 20) -> int:
+        """Delete finished runs beyond `policy.keep_runs` per task and older than `keep_runs_days`, in batches."""
+        rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", {"batch": self.config.prune_batch})]
+        if self.config.keep_runs_days is not None:
+            before = now - timedelta(days=self.config.keep_runs_days)
+            rules.append(("runs_prune_age", {"batch": self.config.prune_batch, "before": before}))
+        deleted = 0
+        for name, params in rules:
+            for _ in range(max_batches):
+                async with self.store.connection() as conn:
+                    count = await Store.execute(conn, name, params)
+                deleted += count
+                if count < self.config.prune_batch:
+                    break
+        if deleted:
+            log.info("pruned %d finished run(s) from the history", deleted, extra={"fields": {"pruned": deleted}})
+        return deleted
+
     async def heartbeat(self, now: datetime) -> None:
         async with self.store.connection() as conn:
             await Store.execute(
@@ -432,7 +468,7 @@ class Engine:
         """Claim and fire until `stop` is set; then drain in-flight runs (at most drain_seconds)."""
         listener: psycopg.AsyncConnection[Any] | None = None
         backoff = 0.5
-        last_beat = 0.0
+        last_beat = last_prune = 0.0
         flusher = asyncio.create_task(self._flusher(stop))
         while not stop.is_set():
             try:
@@ -442,6 +478,9 @@ class Engine:
                 if time.monotonic() - last_beat >= self.config.heartbeat_seconds:
                     await self.heartbeat(now)
                     last_beat = time.monotonic()
+                if time.monotonic() - last_prune >= self.config.prune_seconds:
+                    last_prune = time.monotonic()
+                    await self.prune_runs(now)
                 if len(self.inflight) >= self.config.concurrency * 2:
                     await asyncio.wait(self.inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
                     continue

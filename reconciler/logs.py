@@ -8,6 +8,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.clock import utcnow
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, with the structured `fields` passed as `extra`."""
@@ -26,15 +28,29 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
-    """Route reconciler's loggers to stderr in the chosen format."""
+    """Route every logger (ours at `level`, libraries' warnings) to stderr in one format.
+
+    In json mode every line on stderr is one JSON object, library warnings included.
+    """
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("reconciler")
+    root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
+    root.setLevel(logging.WARNING)
+    ours = logging.getLogger("reconciler")
+    ours.handlers.clear()
+    ours.setLevel(level)
+    ours.propagate = True
+    logging.captureWarnings(True)
     # httpx logs every request line at INFO (with URLs); keep it quiet.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def error_line(message: str, fmt: str) -> str:
+    """A user error for stderr: the plain line, or a JSON object in json mode."""
+    if fmt == "json":
+        return json.dumps({"ts": utcnow().isoformat(), "level": "error", "message": message})
+    return f"error: {message}"

@@ -39,9 +39,8 @@ class EngineMetrics:
     def claimed(self, report: Report, seconds: float) -> None:
         self.claim_seconds.observe(seconds)
         self.leases.inc(len(report.runs))
-        for status in ("missed", "skipped"):
-            if getattr(report, status):
-                self.runs.labels("*", status).inc(getattr(report, status))
+        for item in report.recorded:
+            self.runs.labels(item.task_id, item.status).inc()
 
     def finished(self, claimed: Claimed, outcome: Outcome) -> None:
         self.leases.dec()

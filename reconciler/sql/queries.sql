@@ -96,7 +96,7 @@ SELECT * FROM unnest(%(task_ids)s::text[], %(scheduled)s::timestamptz[], %(kinds
                      %(attempts)s::int[], %(engines)s::text[], %(claimed)s::timestamptz[],
                      %(finished)s::timestamptz[], %(errors)s::text[])
 ON CONFLICT (task_id, scheduled_for) WHERE kind <> 'manual' DO NOTHING
-RETURNING id, task_id, scheduled_for, status;
+RETURNING id, task_id, scheduled_for, status, error;
 
 -- name: runs_start_manual
 UPDATE scheduler.runs SET status = %(status)s, engine_id = %(engine_id)s, claimed_at = %(now)s,
@@ -131,7 +131,7 @@ UPDATE scheduler.runs r
        error = 'lease expired: engine ' || e.engine_id || ' stopped before recording a result'
   FROM expired e
  WHERE r.id = e.run_id AND r.status = 'running'
-RETURNING r.id, r.task_id;
+RETURNING r.id, r.task_id, r.scheduled_for, r.error;
 
 -- name: engine_heartbeat
 INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen)
@@ -182,3 +182,24 @@ UPDATE scheduler.runs r
 
 -- name: leases_release_many
 DELETE FROM scheduler.run_leases WHERE run_id = ANY(%(run_ids)s);
+
+-- name: runs_prune_keep
+-- policy.keep_runs: finished runs beyond the newest N of each task (running and queued ones stay).
+DELETE FROM scheduler.runs WHERE id IN (
+    SELECT old.id
+      FROM scheduler.tasks t
+      CROSS JOIN LATERAL (
+            SELECT id FROM scheduler.runs
+             WHERE task_id = t.id AND status NOT IN ('queued', 'running')
+             ORDER BY id DESC
+            OFFSET (t.spec -> 'policy' ->> 'keep_runs')::int
+             LIMIT %(batch)s) old
+     WHERE t.spec -> 'policy' ? 'keep_runs'
+     LIMIT %(batch)s);
+
+-- name: runs_prune_age
+-- --keep-runs-days: finished runs older than the cut-off, whatever their task.
+DELETE FROM scheduler.runs WHERE id IN (
+    SELECT id FROM scheduler.runs
+     WHERE finished_at < %(before)s AND status NOT IN ('queued', 'running')
+     LIMIT %(batch)s);

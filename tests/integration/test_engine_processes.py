@@ -8,23 +8,15 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
-from tests.httpserver import Recorder, serving
-
-
-@pytest.fixture
-def http() -> Iterator[tuple[str, Recorder]]:
-    with serving() as served:
-        yield served
+from tests.httpserver import Recorder
 
 
 def start_engines(dsn: str, count: int, *extra: str) -> list[subprocess.Popen[str]]:

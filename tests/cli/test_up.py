@@ -1,0 +1,82 @@
+"""`reconciler up`: embedded database, apply, watch and engine in one process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.httpserver import serving
+from tests.pgcontrol import stop_embedded
+
+
+def task_file(url: str, path: str) -> str:
+    return f'[trigger]\nkind = "interval"\nevery = "2s"\n[target]\nurl = "{url}{path}"\n'
+
+
+class Output:
+    """Collects a subprocess's stdout lines in a thread, so the pipe never fills."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stdout is not None
+        self._thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+    def _read(self, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            self.lines.append(line.rstrip("\n"))
+
+
+def wait_for(check: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
+    tasks = tmp_path / "tasks.d"
+    tasks.mkdir()
+    with serving() as (url, rec):
+        (tasks / "ping.toml").write_text(task_file(url, "/v1"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler", "up", "--max-sleep", "1"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=(tmp_path / "stderr.txt").open("w"),
+            text=True,
+        )
+        out = Output(proc)
+        try:
+            assert wait_for(lambda: len(rec.paths("/v1")) >= 1, 60), out.lines
+            assert any("Plan: 1 to create" in line for line in out.lines), out.lines
+            (tasks / "ping.toml").write_text(task_file(url, "/v2"))
+            assert wait_for(lambda: len(rec.paths("/v2")) >= 1, 30), out.lines
+            assert proc.poll() is None, "up must keep running across edits"
+            assert wait_for(lambda: any("run ping @" in line and "succeeded" in line for line in out.lines), 10)
+            assert any("1 to update" in line for line in out.lines), out.lines
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+                out.join()
+            finally:
+                stop_embedded(tmp_path / ".reconciler")
+        err = (tmp_path / "stderr.txt").read_text()
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        assert out.lines[-1] == "reconciler up: stopped"
+        assert (tmp_path / ".reconciler" / "pgdata" / "PG_VERSION").exists()  # its own embedded database

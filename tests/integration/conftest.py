@@ -1,0 +1,27 @@
+"""Fixtures of the integration tests: a real local HTTP server and an engine on the test database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from reconciler.engine import Engine, EngineConfig
+from reconciler.store import Store
+from reconciler.targets import Firer
+from tests.httpserver import Recorder, serving
+from tests.integration.engine_support import SECRET
+
+
+@pytest.fixture
+def http() -> Iterator[tuple[str, Recorder]]:
+    with serving() as served:
+        yield served
+
+
+@pytest.fixture
+async def engine(store: Store) -> AsyncIterator[Engine]:
+    firer = Firer(concurrency=10, env={"API_KEY": SECRET, "IDP_SECRET": "client-secret-value", "PW": SECRET})
+    made = Engine(store, EngineConfig("test-engine"), firer)
+    yield made
+    await firer.close()

@@ -1,0 +1,123 @@
+"""`engine --metrics-addr`: Prometheus counters agree with the run rows; health follows the database."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reconciler.clock import FixedClock
+from reconciler.engine import Engine, EngineConfig
+from reconciler.metrics import serve_metrics
+from reconciler.store import Store
+from reconciler.targets import Firer
+from tests.httpserver import Recorder
+from tests.integration.engine_support import NOW, cron, setup
+from tests.pgcontrol import PrivateServer
+
+
+def free_addr() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+async def metrics_url(store: Store, engine: Engine) -> AsyncIterator[str]:
+    addr = free_addr()
+    server = await serve_metrics(addr, engine, store)
+    yield f"http://{addr}"
+    server.close()
+
+
+async def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"{url}/metrics")
+    assert response.status_code == 200
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+async def test_metrics_counters_match_run_rows(
+    store: Store, dsn: str, engine: Engine, metrics_url: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/bad", statuses=[500])
+    catchup = "misfire_grace_seconds = 3600\ncoalesce = false\nmax_running_instances = 1"
+    files = {
+        "ok": cron(f"{url}/ok"),
+        "bad": cron(f"{url}/bad"),
+        "catchup": cron(f"{url}/c", policy=catchup),  # second claim: two due, one slot: 1 fired, 1 skipped
+    }
+    await setup(store, tmp_path, files)
+    await engine.run_once(NOW + timedelta(minutes=5))
+    await engine.run_once(NOW + timedelta(minutes=16))  # 12:10 coalesced (missed) into 12:15
+
+    with psycopg.connect(dsn) as conn:
+        grouped = conn.execute("SELECT task_id, status, count(*) FROM scheduler.runs GROUP BY 1, 2")
+        rows = Counter({(task, status): n for task, status, n in grouped})
+    assert {s for _, s in rows} >= {"succeeded", "failed", "missed", "skipped"}, rows
+    found = await scrape(metrics_url)
+    counted = Counter({(labels["task"], labels["status"]): value for labels, value in found["reconciler_runs_total"]})
+    assert counted == rows
+
+    fired = sum(n for (_, status), n in rows.items() if status in ("succeeded", "failed"))
+    [(_, lag_count)] = found["reconciler_fire_lag_seconds_count"]
+    assert lag_count == fired
+    [(_, claims)] = found["reconciler_claim_duration_seconds_count"]
+    assert claims == 2
+    assert found["reconciler_leases_held"] == [({}, 0.0)]
+    assert found["reconciler_engine_up"] == [({}, 1.0)]
+    assert found["reconciler_due_backlog"][0][1] >= 0
+
+
+async def test_due_backlog_counts_enabled_due_tasks(
+    store: Store, engine: Engine, metrics_url: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, _ = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/a"), "b": cron(f"{url}/b"), "c": cron(f"{url}/c", "0 0 1 1 *")})
+    engine.clock = FixedClock(NOW + timedelta(minutes=7))
+    found = await scrape(metrics_url)
+    assert found["reconciler_due_backlog"] == [({}, 2.0)]
+
+
+async def test_healthz_follows_the_database(tmp_path: Path) -> None:
+    server = PrivateServer(tmp_path / "pg")
+    addr = free_addr()
+    try:
+        async with Store(server.dsn, timeout=2) as store:
+            await store.init_schema()
+            firer = Firer(concurrency=5)
+            engine = Engine(store, EngineConfig("health"), firer)
+            endpoint = await serve_metrics(addr, engine, store)
+            async with httpx.AsyncClient(base_url=f"http://{addr}", timeout=15) as client:
+                assert (await client.get("/healthz")).status_code == 200
+                assert (await client.get("/readyz")).status_code == 503  # no claim yet
+                await engine.run_once(NOW)
+                assert (await client.get("/readyz")).status_code == 200
+                server.stop()
+                health = await client.get("/healthz")
+                assert (health.status_code, health.text) == (503, "database unreachable\n")
+                assert (await client.get("/readyz")).status_code == 503
+                server.start()
+                for _ in range(20):
+                    if (await client.get("/healthz")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.25)
+                assert (await client.get("/healthz")).status_code == 200
+            endpoint.close()
+            await firer.close()
+    finally:
+        if server.running():
+            server.stop()

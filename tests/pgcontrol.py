@@ -1,0 +1,66 @@
+"""A PostgreSQL server of a test's own (pgserver, in a temp dir) that the test may stop and start.
+
+The shared test server must never be stopped; tests that take the database away
+(health endpoints, chaos) use one of these.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import psycopg
+
+from reconciler.embedded import embedded_dsn
+
+
+def _pg_ctl(pgdata: Path, *args: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR at import
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+    # pgserver runs postgres as the user "pgserver" when we are root (postgres refuses root).
+    user = "pgserver" if os.geteuid() == 0 else None
+    subprocess.run(
+        [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), *args],
+        check=True,
+        user=user,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+class PrivateServer:
+    """An embedded server under `home/pgdata`, listening on a Unix socket only."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.pgdata = home.resolve() / "pgdata"
+        self.dsn = embedded_dsn(home)
+        self.socket_dir = psycopg.conninfo.conninfo_to_dict(self.dsn)["host"]
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (`immediate` is a crash: no checkpoint, clients cut off)."""
+        _pg_ctl(self.pgdata, "-w", "-m", mode, "stop")
+
+    def start(self) -> None:
+        """Start it again on the same socket, as pgserver does."""
+        log = str(self.pgdata / "log")
+        _pg_ctl(self.pgdata, "-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", log, "start")
+
+    def running(self) -> bool:
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=3):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+
+def stop_embedded(home: Path) -> None:
+    """Stop an embedded server that a subprocess left running under `home` (if any)."""
+    pgdata = home.resolve() / "pgdata"
+    if (pgdata / "postmaster.pid").exists():
+        _pg_ctl(pgdata, "-w", "-m", "fast", "stop")
