@@ -14,6 +14,7 @@ import pytest
 from reconciler.engine import Engine, EngineConfig
 from reconciler.errors import DatabaseUnavailable
 from reconciler.store import Store
+from reconciler.targets import Firer
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, SECRET, cron, next_run, runs, setup
 
@@ -366,3 +367,34 @@ async def test_two_engines_claim_each_occurrence_once(
     assert len(keys) == len(set(keys))
     for e in engines:
         await e.firer.close()
+
+
+async def test_retention_keeps_newest_runs_per_task_and_prunes_by_age(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, _ = http
+    await setup(
+        store,
+        tmp_path,
+        {"kept": cron(f"{url}/k", "* * * * *", policy="keep_runs = 3"), "all": cron(f"{url}/a", "* * * * *")},
+    )
+    firer = Firer(concurrency=5)
+    engine = Engine(store, EngineConfig("pruner", keep_runs_days=1, prune_batch=2), firer)
+    try:
+        for minute in range(1, 7):
+            await engine.run_once(NOW + timedelta(minutes=minute))
+        with psycopg.connect(dsn) as conn:  # one run from long ago, and one still running
+            conn.execute(
+                "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, finished_at) VALUES "
+                "('all', %(old)s, 'scheduled', 'succeeded', %(old)s), ('all', %(old2)s, 'scheduled', 'running', NULL)",
+                {"old": NOW - timedelta(days=3), "old2": NOW - timedelta(days=3, minutes=1)},
+            )
+        deleted = await engine.prune_runs(NOW + timedelta(minutes=7))
+    finally:
+        await firer.close()
+    assert deleted == 3 + 1
+    kept = [r["scheduled_for"] for r in runs(dsn, "kept")]
+    assert kept == [NOW + timedelta(minutes=m) for m in (4, 5, 6)]  # the newest three
+    statuses = [(r["scheduled_for"], r["status"]) for r in runs(dsn, "all")]
+    assert len(statuses) == 7 and (NOW - timedelta(days=3, minutes=1), "running") in statuses
+    assert await engine.prune_runs(NOW + timedelta(minutes=7)) == 0

@@ -1,0 +1,94 @@
+"""`--log-format json`: every stderr line of an engine is a JSON object; secrets never appear."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+
+from reconciler.apply import apply_tasks
+from reconciler.loader import load_dir
+from reconciler.store import Store
+from tests.httpserver import serving
+
+SECRET = "json-log-secret-4b1d9e"
+CLIENT_SECRET = "json-log-client-secret-77aa"
+
+
+async def test_json_logs_parse_line_by_line_and_hold_no_secret(store: Store, dsn: str, tmp_path: Path) -> None:
+    with serving() as (url, rec):
+        rec.client = ("scheduler", CLIENT_SECRET)
+        rec.script("/fail", statuses=[503])
+        due = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        files = {
+            "header": f'headers = {{ X-Api-Key = {{ env = "LOG_API_KEY" }} }}\nurl = "{url}/ok"\n',
+            "oauth": (
+                f'url = "{url}/protected"\n[target.auth]\nkind = "oauth2_client_credentials"\n'
+                f'token_url = "{url}/oauth/token"\nclient_id = "scheduler"\n'
+                'client_secret = { env = "LOG_CLIENT_SECRET" }\n'
+            ),
+            "missing": f'url = "{url}/never"\n[target.auth]\nkind = "bearer"\ntoken = {{ env = "LOG_UNSET" }}\n',
+            "failing": f'url = "{url}/fail"\n',
+        }
+        for name, target in files.items():
+            (tmp_path / f"{name}.toml").write_text(f'[trigger]\nkind = "once"\nat = {due}\n[target]\n{target}')
+        await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", datetime.now(UTC))
+        env = {**os.environ, "RECONCILER_DSN": dsn, "LOG_API_KEY": SECRET, "LOG_CLIENT_SECRET": CLIENT_SECRET}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler", "--log-format", "json", "engine", "--max-sleep", "0.5"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and finished(dsn) < len(files):
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0
+        tokens = [r.headers.get("Authorization", "") for r in rec.paths("/protected")]
+    assert finished(dsn) == len(files)
+    events = [json.loads(line) for line in err.splitlines()]  # raises on any non-JSON line
+    assert out == ""
+    runs = {e["task_id"]: e for e in events if e.get("message", "").startswith("run ")}
+    assert set(runs) == set(files)
+    assert {k: v["status"] for k, v in runs.items()} == {
+        "header": "succeeded",
+        "oauth": "succeeded",
+        "missing": "failed",
+        "failing": "failed",
+    }
+    assert all({"ts", "level", "scheduled_for", "run_id", "status"} <= set(e) for e in runs.values())
+    assert "LOG_UNSET is not set" in runs["missing"]["error"]
+    assert any(e["message"].startswith("engine ") and e["message"].endswith(" started") for e in events)
+    secrets = [SECRET, CLIENT_SECRET, *(t.removeprefix("Bearer ") for t in tokens if t)]
+    assert tokens and all(secret not in err for secret in secrets)
+
+
+def finished(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM scheduler.runs WHERE status NOT IN ('queued', 'running')").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_user_error_is_one_json_line_in_json_mode() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler", "--log-format", "json", "--dsn", "host=127.0.0.1 port=1", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    event = json.loads(line)
+    assert event["level"] == "error" and "cannot connect to PostgreSQL" in event["message"]
