@@ -1,0 +1,38 @@
+"""The deployment examples are valid and pass only options the CLI accepts."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+from pathlib import Path
+
+import yaml
+
+from reconciler.cli import build_parser
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def test_kubernetes_engine_has_three_replicas_probes_and_valid_args() -> None:
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "engine.yaml").read_text()))
+    engine = next(d for d in docs if d["metadata"]["name"] == "reconciler-engine")
+    assert engine["spec"]["replicas"] == 3
+    every = [c for d in docs for c in d["spec"]["template"]["spec"]["containers"]]
+    containers = [c for c in every if c.get("args", [""])[0] == "reconciler"]
+    assert len(containers) == 2
+    for container in containers:
+        args = build_parser().parse_args(container["args"][1:])
+        assert args.command == "engine" and args.metrics_addr.endswith(":9464")
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert {e["name"] for e in container["env"]} >= {"RECONCILER_DSN"}
+
+
+def test_systemd_unit_runs_a_valid_engine_command() -> None:
+    unit = configparser.ConfigParser(interpolation=None, strict=False)
+    unit.read_string((DEPLOY / "systemd" / "reconciler-engine.service").read_text())
+    argv = shlex.split(unit["Service"]["ExecStart"])
+    assert argv[0].endswith("/reconciler")
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "engine" and args.keep_runs_days == 30
+    assert unit["Service"]["KillSignal"] == "SIGTERM"
