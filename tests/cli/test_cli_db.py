@@ -36,10 +36,10 @@ def test_plan_detailed_exitcode_apply_then_noop(dsn: str, tmp_path: Path) -> Non
     planned = run("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
     assert planned.returncode == 2, planned.stderr
     assert "+ create billing/invoices" in planned.stdout
-    assert "Plan: 4 to create, 0 to update, 0 to move, 0 to delete, 0 unchanged." in planned.stdout
+    assert "Plan: 5 to create, 0 to update, 0 to move, 0 to delete, 0 unchanged." in planned.stdout
     applied = run("apply", cwd=cwd, dsn=dsn)
     assert applied.returncode == 0, applied.stderr
-    assert "Apply complete: 4 change(s) written." in applied.stdout
+    assert "Apply complete: 5 change(s) written." in applied.stdout
     again = run("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
     assert again.returncode == 0 and "No changes." in again.stdout
 
@@ -48,7 +48,7 @@ def test_saved_plan_apply_and_stale_refusal(dsn: str, tmp_path: Path) -> None:
     cwd = project(tmp_path)
     assert run("plan", "--out", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
     saved = json.loads((cwd / "plan.json").read_text())
-    assert saved["format_version"] == 1 and saved["summary"]["create"] == 4
+    assert saved["format_version"] == 1 and saved["summary"]["create"] == 5
     assert run("apply", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
     stale = run("apply", "plan.json", cwd=cwd, dsn=dsn)  # the database moved on since the plan
     assert stale.returncode == 1 and "stale" in stale.stderr and "Traceback" not in stale.stderr
@@ -92,7 +92,7 @@ def test_status_json_and_text(dsn: str, tmp_path: Path) -> None:
     done = run("status", "--format", "json", cwd=cwd, dsn=dsn)
     data = json.loads(done.stdout)
     by_id = {t["id"]: t for t in data["tasks"]}
-    assert set(by_id) == {"billing/invoices", "ops/cache-warm", "ops/monthly-report", "ops/xmas-banner"}
+    assert set(by_id) == {"billing/invoices", "ops/cache-warm", "ops/monthly-report", "ops/ping", "ops/xmas-banner"}
     assert by_id["ops/cache-warm"]["drift"] is True and by_id["billing/invoices"]["drift"] is False
     assert by_id["billing/invoices"]["next_run_local"].endswith("CET")
     text = run("status", cwd=cwd, dsn=dsn).stdout
@@ -157,7 +157,7 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
         out, errors = proc.communicate(timeout=20)
     assert "tasks.d/oops.toml:1: toml: syntax error" in errors
     assert "nothing applied, still watching" in errors
-    assert "Plan: 4 to create" in out and "1 to update" in out
+    assert "Plan: 5 to create" in out and "1 to update" in out
     assert "Traceback" not in errors
 
 
@@ -172,7 +172,7 @@ def test_embedded_database_when_no_dsn(tmp_path: Path) -> None:
     try:
         planned = run("plan", cwd=cwd)
         assert planned.returncode == 0, planned.stderr
-        assert "4 to create" in planned.stdout
+        assert "5 to create" in planned.stdout
         applied = run("apply", cwd=cwd)
         assert applied.returncode == 0, applied.stderr
         assert (cwd / ".reconciler" / "pgdata" / "PG_VERSION").exists()

@@ -22,7 +22,7 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_validate_good_examples_exit_0() -> None:
     done = run("validate")
     assert done.returncode == 0, done.stderr
-    assert "4 task file(s)" in done.stdout
+    assert "5 task file(s)" in done.stdout
 
 
 def test_validate_bad_files_all_reported_exit_1_no_traceback() -> None:

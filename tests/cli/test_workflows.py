@@ -80,7 +80,7 @@ def test_plan_comment_then_apply_then_no_changes(repo: Path, dsn: str) -> None:
     assert run_step(plan, "comment", repo, dsn, VALIDATE_OUTCOME="success")[0] == 0
     comment = (repo / "comment.md").read_text()
     assert comment.startswith("<!-- reconciler-plan -->\n### reconciler plan")
-    assert "Plan: 4 to create" in comment and "+ create billing/invoices" in comment
+    assert "Plan: 5 to create" in comment and "+ create billing/invoices" in comment
 
     assert run_step(apply, "apply", repo, dsn)[0] == 0
 
