@@ -48,6 +48,9 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sleep", type=float, default=30.0, help="longest sleep between claims (s)")
     parser.add_argument("--drain-seconds", type=float, default=30.0, help="wait for in-flight runs on SIGTERM")
     parser.add_argument("--keep-runs-days", type=float, help="delete finished runs older than this (default: keep)")
+    parser.add_argument(
+        "--lease-margin", type=float, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

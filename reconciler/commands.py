@@ -354,6 +354,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_sleep=args.max_sleep,
         drain_seconds=args.drain_seconds,
         keep_runs_days=args.keep_runs_days,
+        lease_margin=args.lease_margin,
     )
 
 

@@ -1,0 +1,200 @@
+"""Chaos: three engine processes, ~2,000 occurrences over ~60 s, kill -9 every few seconds,
+one PostgreSQL restart. Afterwards every occurrence is recorded exactly once with a final
+status, no attempt reached the target twice, and only killed engines lost runs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from reconciler.loader import load_dir
+from tests.httpserver import Recorder, serving
+from tests.pgcontrol import PrivateServer
+
+pytestmark = pytest.mark.chaos
+
+TASKS = 100
+EVERY = 3  # seconds: 100 tasks x 20 occurrences = 2,000 over 60 s
+SCHEDULE_SECONDS = 60
+KILL_EVERY = (3.0, 6.0)  # seconds between kills, drawn at random
+RESTART_DB_AT = 30.0  # seconds into the schedule
+TERMINAL = {"succeeded", "failed", "missed", "skipped", "lost"}
+SEED = int(os.environ.get("CHAOS_SEED", "20261203"))
+
+
+class Fleet:
+    """Engine subprocesses in three slots; a killed one is replaced by a new incarnation."""
+
+    def __init__(self, dsn: str, logs: Path) -> None:
+        self.dsn = dsn
+        self.logs = logs
+        self.procs: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
+        self.killed: set[str] = set()
+        self.generation = 0
+
+    def start(self, slot: int) -> None:
+        self.generation += 1
+        engine_id = f"chaos-{slot}-{self.generation}"
+        log = (self.logs / f"{engine_id}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler", "engine", "--engine-id", engine_id, "--max-sleep", "0.5",
+             "--lease-margin", "3", "--drain-seconds", "10", "--concurrency", "50"],
+            env={**os.environ, "RECONCILER_DSN": self.dsn},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )  # fmt: skip
+        self.procs[slot] = (engine_id, proc)
+
+    def kill(self, slot: int) -> str:
+        engine_id, proc = self.procs[slot]
+        proc.kill()  # SIGKILL: no drain, no goodbye
+        proc.wait(timeout=30)
+        self.killed.add(engine_id)
+        return engine_id
+
+    def stop(self) -> list[int]:
+        for _, proc in self.procs.values():
+            proc.send_signal(signal.SIGTERM)
+        return [proc.wait(timeout=60) for _, proc in self.procs.values()]
+
+
+@pytest.fixture
+def http() -> Iterator[tuple[str, Recorder]]:
+    with serving() as served:
+        yield served
+
+
+def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    for index in range(TASKS):
+        flaky = index % 10 == 0  # answers 503 once per occurrence chain: exercises retries
+        (root / f"t{index:03d}.toml").write_text(
+            f'[trigger]\nkind = "interval"\nseconds = {EVERY}\n'
+            f"start_at = {start.strftime(stamp)}\nend_at = {end.strftime(stamp)}\n"
+            f'[target]\nurl = "{url}/{"flaky" if flaky else "ok"}/{index}"\ntimeout_seconds = 2\n'
+            f"[policy]\nmisfire_grace_seconds = 3600\nretries = {1 if flaky else 0}\nretry_backoff_seconds = 0.2\n"
+        )
+
+
+def apply_files(dsn: str, root: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler", "--tasks-dir", str(root), "apply"],
+        env={**os.environ, "RECONCILER_DSN": dsn},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def expected_occurrences(root: Path, start: datetime, end: datetime) -> set[tuple[str, datetime]]:
+    found = set()
+    for task in load_dir(root, "tasks.d").tasks:
+        moment = task.schedule.next_fire_time(start - timedelta(seconds=1))
+        while moment is not None and moment < end:
+            found.add((task.id, moment))
+            moment = task.schedule.next_fire_time(moment)
+    return found
+
+
+def wait_until_settled(dsn: str, expected: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*),"
+                " (SELECT count(*) FROM scheduler.run_leases) FROM scheduler.runs"
+            ).fetchone()
+        assert row is not None
+        if row[0] == 0 and row[1] >= expected and row[2] == 0:
+            return
+        time.sleep(0.5)
+
+
+def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
+    http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    server = PrivateServer(tmp_path / "pg")
+    dsn = server.dsn
+    root = tmp_path / "tasks.d"
+    root.mkdir()
+    rng = random.Random(SEED)
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
+    end = start + timedelta(seconds=SCHEDULE_SECONDS)
+    write_tasks(root, url, start, end)
+    for index in range(0, TASKS, 10):  # each flaky path fails its first request only
+        rec.script(f"/flaky/{index}", statuses=[503, 200])
+    apply_files(dsn, root)
+    expected = expected_occurrences(root, start, end)
+    assert len(expected) == TASKS * SCHEDULE_SECONDS // EVERY
+
+    fleet = Fleet(dsn, tmp_path)
+    kills: list[tuple[float, str]] = []
+    restarted_db = False
+    try:
+        for slot in range(3):
+            fleet.start(slot)
+        while datetime.now(UTC) < start:
+            time.sleep(0.1)
+        began = time.monotonic()
+        next_kill = began + rng.uniform(*KILL_EVERY)
+        while time.monotonic() - began < SCHEDULE_SECONDS + 2:
+            now = time.monotonic()
+            if not restarted_db and now - began >= RESTART_DB_AT:
+                server.stop("fast")
+                time.sleep(1.0)
+                server.start()
+                restarted_db = True
+            if now >= next_kill:
+                slot = rng.randrange(3)
+                kills.append((round(now - began, 1), fleet.kill(slot)))
+                fleet.start(slot)
+                next_kill = now + rng.uniform(*KILL_EVERY)
+            time.sleep(0.05)
+        # Leases of killed engines expire after timeout (2 s) x attempts + backoff + margin (3 s).
+        wait_until_settled(dsn, len(expected), 60)
+    finally:
+        codes = fleet.stop()
+        with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
+            query = "SELECT task_id, scheduled_for, status, engine_id, attempt FROM scheduler.runs"
+            rows = conn.execute(query).fetchall()
+            leases = conn.execute("SELECT * FROM scheduler.run_leases").fetchall()
+        server.stop()
+
+    requests = [r for r in rec.paths("/") if not r.path.startswith("/_")]
+    keys = Counter((r.headers["Idempotency-Key"], r.headers["X-Reconciler-Attempt"]) for r in requests)
+    statuses = Counter(r["status"] for r in rows)
+    occurrences = Counter((r["task_id"], r["scheduled_for"]) for r in rows)
+    duplicates = sum(n - 1 for n in occurrences.values()) + sum(n - 1 for n in keys.values())
+    lost_by = Counter(r["engine_id"] for r in rows if r["status"] == "lost")
+    print(
+        f"\nchaos (seed {SEED}): {len(expected)} occurrences, {len(kills)} kill -9, database restarted once; "
+        f"requests {len(requests)} ({len({k for k, _ in keys})} distinct keys), "
+        + ", ".join(f"{s} {statuses.get(s, 0)}" for s in sorted(TERMINAL))
+        + f", duplicates {duplicates}"
+    )
+    print(f"kills (s into the schedule, engine): {kills}")
+
+    assert restarted_db and len(kills) >= 8
+    assert codes == [0, 0, 0]
+    assert duplicates == 0
+    assert set(occurrences) == expected  # every occurrence recorded, exactly once
+    assert set(statuses) <= TERMINAL, statuses  # nothing left running or queued
+    assert set(lost_by) <= fleet.killed, lost_by  # only killed engines lose runs
+    assert leases == []  # every lease freed, the killed engines' ones by expiry
+    attempts = Counter(a for _, a in keys)
+    assert attempts["2"] >= 1  # retries happened, each attempt sent once
+    assert statuses["succeeded"] >= len(expected) * 0.8, statuses
