@@ -166,6 +166,7 @@ class Engine:
         self.semaphore = asyncio.Semaphore(config.concurrency)
         self.pending: list[_Pending] = []
         self._pending_event = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self._compiled: dict[tuple[str, str], tuple[TaskSpec, Schedule]] = {}
         self.inflight: set[asyncio.Task[Outcome | None]] = set()
         self.ready = False  # a claim has succeeded (for /readyz)
@@ -362,6 +363,10 @@ class Engine:
 
     async def flush_pending(self) -> int:
         """Write queued results in one transaction; raises on a database fault (results stay queued)."""
+        async with self._flush_lock:  # two flushes of one snapshot would drop what arrived in between
+            return await self._flush_locked()
+
+    async def _flush_locked(self) -> int:
         batch = list(self.pending)
         if not batch:
             return 0
@@ -484,6 +489,8 @@ class Engine:
                 if len(self.inflight) >= self.config.concurrency * 2:
                     await asyncio.wait(self.inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
                     continue
+                if self.pending:  # free finished runs' leases first, or the claim would skip their next occurrence
+                    await self.flush_pending()
                 report = await self.claim(now)
                 for claimed in report.runs:
                     self._spawn(claimed)
@@ -493,6 +500,7 @@ class Engine:
                 await self._wait(listener, await self.sleep_seconds(self.clock.now()), stop)
             except DB_FAULTS as exc:
                 log.warning("database unavailable (%s); retrying in %.1f s", str(exc).splitlines()[0], backoff)
+                await self.store.recover()
                 if listener is not None:
                     with contextlib.suppress(Exception):
                         await listener.close()

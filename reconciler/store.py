@@ -6,6 +6,7 @@ at one boundary; everything else is a bug and propagates.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -120,6 +121,16 @@ class Store:
 
     async def close(self) -> None:
         await self.pool.close()
+
+    async def recover(self) -> None:
+        """After a fault, replace every broken idle connection at once.
+
+        After a server restart all idle connections are dead; the check on checkout would
+        find them one by one, backing off 1, 2, 4 … s between them, and a claim would wait
+        out the whole pool timeout although the server is back.
+        """
+        with contextlib.suppress(Exception):
+            await self.pool.check()
 
     async def __aenter__(self) -> Store:
         await self.open()

@@ -1,5 +1,6 @@
 """Chaos: three engine processes, ~2,000 occurrences over ~60 s, kill -9 every few seconds,
-one PostgreSQL restart. Afterwards every occurrence is recorded exactly once with a final
+one PostgreSQL restart. A tenth of the targets answer slowly (1.5 s), so kills land on runs
+in flight; another tenth fail once (retries). Afterwards every occurrence is recorded exactly once with a final
 status, no attempt reached the target twice, and only killed engines lost runs.
 """
 
@@ -80,10 +81,11 @@ def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:
     stamp = "%Y-%m-%dT%H:%M:%SZ"
     for index in range(TASKS):
         flaky = index % 10 == 0  # answers 503 once per occurrence chain: exercises retries
+        path = "flaky" if flaky else "slow" if index % 10 == 5 else "ok"  # slow: in flight when a kill lands
         (root / f"t{index:03d}.toml").write_text(
             f'[trigger]\nkind = "interval"\nseconds = {EVERY}\n'
             f"start_at = {start.strftime(stamp)}\nend_at = {end.strftime(stamp)}\n"
-            f'[target]\nurl = "{url}/{"flaky" if flaky else "ok"}/{index}"\ntimeout_seconds = 2\n'
+            f'[target]\nurl = "{url}/{path}/{index}"\ntimeout_seconds = 2\n'
             f"[policy]\nmisfire_grace_seconds = 3600\nretries = {1 if flaky else 0}\nretry_backoff_seconds = 0.2\n"
         )
 
@@ -137,6 +139,7 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     write_tasks(root, url, start, end)
     for index in range(0, TASKS, 10):  # each flaky path fails its first request only
         rec.script(f"/flaky/{index}", statuses=[503, 200])
+        rec.script(f"/slow/{index + 5}", delay=1.5)
     apply_files(dsn, root)
     expected = expected_occurrences(root, start, end)
     assert len(expected) == TASKS * SCHEDULE_SECONDS // EVERY
@@ -193,8 +196,8 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     assert duplicates == 0
     assert set(occurrences) == expected  # every occurrence recorded, exactly once
     assert set(statuses) <= TERMINAL, statuses  # nothing left running or queued
-    assert set(lost_by) <= fleet.killed, lost_by  # only killed engines lose runs
+    assert statuses["lost"] >= 1 and set(lost_by) <= fleet.killed, lost_by  # only killed engines lose runs
     assert leases == []  # every lease freed, the killed engines' ones by expiry
     attempts = Counter(a for _, a in keys)
     assert attempts["2"] >= 1  # retries happened, each attempt sent once
-    assert statuses["succeeded"] >= len(expected) * 0.8, statuses
+    assert statuses["succeeded"] >= len(expected) * 0.75, statuses

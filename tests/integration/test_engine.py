@@ -398,3 +398,33 @@ async def test_retention_keeps_newest_runs_per_task_and_prunes_by_age(
     statuses = [(r["scheduled_for"], r["status"]) for r in runs(dsn, "all")]
     assert len(statuses) == 7 and (NOW - timedelta(days=3, minutes=1), "running") in statuses
     assert await engine.prune_runs(NOW + timedelta(minutes=7)) == 0
+
+
+async def test_concurrent_flushes_never_drop_a_result(store: Store, dsn: str, engine: Engine) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status) "
+                "SELECT 't', %s + interval '1 minute' * g, 'scheduled', 'running' FROM generate_series(1, 3) g "
+                "RETURNING id",
+                (NOW,),
+            )
+        ]
+
+    def result(run_id: int) -> dict[str, object]:
+        return {"run_id": run_id, "status": "succeeded", "attempt": 1, "started_at": NOW, "finished_at": NOW,
+                "http_status": 204, "error": None, "duration_ms": 1, "excerpt": ""}  # fmt: skip
+
+    # The serve loop and the background writer both flush; results keep arriving meanwhile.
+    engine._finish(result(ids[0]))
+    first = asyncio.create_task(engine.flush_pending())
+    await asyncio.sleep(0)
+    engine._finish(result(ids[1]))
+    second = asyncio.create_task(engine.flush_pending())
+    await asyncio.sleep(0)
+    engine._finish(result(ids[2]))
+    await asyncio.gather(first, second)
+    await engine.flush_pending()
+    assert engine.pending == []
+    assert [r["status"] for r in runs(dsn, "t")] == ["succeeded"] * 3
