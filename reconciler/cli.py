@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     trigger = add("trigger", commands.cmd_trigger, "queue one manual run now (schedule untouched)")
     trigger.add_argument("id", metavar="ID")
 
+    explain = add("explain", commands.cmd_explain, "why a task did or did not fire around a time")
+    explain.add_argument("id", metavar="ID")
+    explain.add_argument("--at", help="ISO date-time to explain (default now; no offset = UTC)")
+
     db = add("db", commands.cmd_db_init, "database maintenance")
     db.add_argument("action", choices=["init"], help="create or upgrade the schema")
     return parser

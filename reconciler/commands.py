@@ -323,6 +323,37 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     return with_store(args, work)
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from reconciler.explain import TaskState, explain, span
+    from reconciler.models import TaskSpec
+
+    now = utcnow()
+    at = parse_instant(args.at, "--at") if args.at else now
+
+    async def work(store: Store) -> list[str]:
+        async with store.connection() as conn:
+            found = await Store.fetch(conn, "task_get", {"id": args.id})
+            if not found:
+                raise UserError(
+                    f"task {args.id!r} is not in the database; apply its file first (`reconciler plan` shows it)"
+                )
+            row = found[0]
+            try:
+                spec = TaskSpec.model_validate(json.loads(row["spec_text"]))
+                lo, hi = span(spec, at)
+            except ValueError as exc:  # pydantic's ValidationError and TriggerError are ValueErrors
+                reason = str(exc).splitlines()[0]
+                raise UserError(
+                    f"task {args.id!r}: the stored spec no longer validates ({reason}); `reconciler apply` restores it"
+                ) from None
+            runs = await Store.fetch(conn, "runs_between", {"task_id": args.id, "lo": lo, "hi": hi})
+        task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
+        return explain(task, runs, at, now)
+
+    print("\n".join(with_store(args, work)))
+    return EXIT_OK
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     async def work(store: Store) -> list[dict[str, Any]]:
         async with store.connection() as conn:

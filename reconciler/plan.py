@@ -128,7 +128,7 @@ def _schedule_preview(change: Change, task: Task, now: datetime) -> None:
 
     change.next_fire_times = [f.at for f in upcoming(task.schedule, now, 3)]
     change.warnings = dst_warnings(task.schedule, task.spec.timezone, now)
-    change.description = describe_trigger(task)
+    change.description = describe_trigger(task.spec)
 
 
 def _retimes(fields: list[FieldDiff]) -> bool:

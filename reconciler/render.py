@@ -8,15 +8,16 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from reconciler.loader import Task
+from reconciler.models import TaskSpec
 from reconciler.triggers import Fire
 
 if TYPE_CHECKING:
     from reconciler.plan import Change, Plan
 
 
-def describe_trigger(task: Task) -> str:
+def describe_trigger(spec: TaskSpec) -> str:
     """A plain-English description of a task's schedule."""
-    trigger = task.spec.trigger
+    trigger = spec.trigger
     if trigger.kind == "cron":
         try:
             from cron_descriptor import get_description
@@ -24,15 +25,15 @@ def describe_trigger(task: Task) -> str:
             text = str(get_description(" ".join(trigger.fields)))
         except Exception:  # cron-descriptor rejects some valid croniter syntax; fall back to the raw text
             text = f"cron {trigger.expr}"
-        return f"{text} ({task.spec.timezone})"
+        return f"{text} ({spec.timezone})"
     if trigger.kind == "interval":
         return f"every {trigger.period_seconds} seconds of elapsed time"
     if trigger.kind == "calendar":
         times = ", ".join(t.strftime("%H:%M") for t in trigger.times)
         unit = trigger.unit if trigger.every > 1 else trigger.unit.rstrip("s")
         every = f"every {trigger.every} {unit}" if trigger.every > 1 else f"every {unit}"
-        return f"{every} at {times} from {trigger.start_at} ({task.spec.timezone})"
-    return f"once at {trigger.at} ({task.spec.timezone})"
+        return f"{every} at {times} from {trigger.start_at} ({spec.timezone})"
+    return f"once at {trigger.at} ({spec.timezone})"
 
 
 def fire_line(fire: Fire, zone: ZoneInfo) -> str:
@@ -48,7 +49,7 @@ def next_text(rows: list[tuple[Task, list[Fire]]]) -> str:
     for task, fires in rows:
         zone = ZoneInfo(task.spec.timezone)
         state = "" if task.spec.enabled else "  (disabled)"
-        out.append(f"{task.id}  — {describe_trigger(task)}{state}")
+        out.append(f"{task.id}  — {describe_trigger(task.spec)}{state}")
         if not fires:
             out.append("  no further occurrences")
         out.extend(f"  {fire_line(fire, zone)}" for fire in fires)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -26,3 +28,13 @@ def fires_iso(zone: str, trigger: dict[str, Any], after: str, count: int, **poli
 
     sched = schedule(zone, trigger, **policy)
     return [f.at.astimezone(ZoneInfo(zone)).isoformat() for f in upcoming(sched, datetime.fromisoformat(after), count)]
+
+
+def wait_until(check: Callable[[], object], seconds: float, step: float = 0.1) -> bool:
+    """Poll `check` until it is truthy (True) or `seconds` pass (False); a bounded wait for subprocess tests."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(step)
+    return False

@@ -148,7 +148,7 @@ SELECT min(next_run_at) AS next_run_at,
 
 -- name: task_get
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
-       NULL::boolean AS tampered
+       NULL::boolean AS tampered, created_at, updated_at
   FROM scheduler.tasks WHERE id = %(id)s;
 
 -- name: run_queue_manual
@@ -203,3 +203,10 @@ DELETE FROM scheduler.runs WHERE id IN (
     SELECT id FROM scheduler.runs
      WHERE finished_at < %(before)s AND status NOT IN ('queued', 'running')
      LIMIT %(batch)s);
+
+-- name: runs_between
+-- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi].
+SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error
+  FROM scheduler.runs
+ WHERE task_id = %(task_id)s AND scheduled_for BETWEEN %(lo)s AND %(hi)s
+ ORDER BY scheduled_for, id;

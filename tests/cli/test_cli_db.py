@@ -9,9 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).parent.parent.parent
 EXAMPLES = ROOT / "tasks.d"
@@ -132,16 +135,14 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
             ).fetchone()
         return row[0] if row else None
 
-    def wait_for(check, seconds: float = 20) -> bool:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    def wait_for(check: Callable[[], object], seconds: float = 20) -> bool:
+        def tolerant() -> object:
             try:
-                if check():
-                    return True
-            except psycopg.Error:
-                pass
-            time.sleep(0.2)
-        return False
+                return check()
+            except psycopg.Error:  # the schema may not exist yet
+                return False
+
+        return wait_until(tolerant, seconds, step=0.2)
 
     try:
         assert wait_for(lambda: expr_in_db() == "30 2 * * 1-5"), "initial apply did not happen"

@@ -7,10 +7,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+from tests.helpers import wait_until
 from tests.httpserver import serving
 from tests.pgcontrol import stop_embedded
 
@@ -36,15 +35,6 @@ class Output:
             self.lines.append(line.rstrip("\n"))
 
 
-def wait_for(check: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
     tasks = tmp_path / "tasks.d"
@@ -61,12 +51,12 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
         )
         out = Output(proc)
         try:
-            assert wait_for(lambda: len(rec.paths("/v1")) >= 1, 60), out.lines
+            assert wait_until(lambda: len(rec.paths("/v1")) >= 1, 60), out.lines
             assert any("Plan: 1 to create" in line for line in out.lines), out.lines
             (tasks / "ping.toml").write_text(task_file(url, "/v2"))
-            assert wait_for(lambda: len(rec.paths("/v2")) >= 1, 30), out.lines
+            assert wait_until(lambda: len(rec.paths("/v2")) >= 1, 30), out.lines
             assert proc.poll() is None, "up must keep running across edits"
-            assert wait_for(lambda: any("run ping @" in line and "succeeded" in line for line in out.lines), 10)
+            assert wait_until(lambda: any("run ping @" in line and "succeeded" in line for line in out.lines), 10)
             assert any("1 to update" in line for line in out.lines), out.lines
         finally:
             proc.send_signal(signal.SIGINT)

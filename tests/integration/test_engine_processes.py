@@ -16,6 +16,7 @@ import psycopg
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
+from tests.helpers import wait_until
 from tests.httpserver import Recorder
 
 
@@ -42,15 +43,6 @@ def stop(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
         _, err = proc.communicate(timeout=60)
         results.append((proc.returncode, err))
     return results
-
-
-def wait_until(check, seconds: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.25)
-    return False
 
 
 def count_terminal(dsn: str) -> int:

@@ -1,0 +1,169 @@
+"""`reconciler explain ID --at T`: why a task did or did not fire around T (pure; the command reads the rows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from reconciler.models import TaskSpec
+from reconciler.render import describe_trigger, fire_line
+from reconciler.triggers import Fire, Schedule, compile_schedule, resolve_window_time
+
+AROUND = 3  # occurrences shown on each side of T
+LOOKBACK = (timedelta(hours=1), timedelta(days=1), timedelta(days=8), timedelta(days=32), timedelta(days=367))
+MAX_STEPS = 20_000
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """The task row as the engine sees it."""
+
+    id: str
+    spec: TaskSpec
+    enabled: bool
+    next_run_at: datetime | None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def occurrences_around(schedule: Schedule, at: datetime, count: int = AROUND) -> list[Fire]:
+    """Up to `count` occurrences at or before `at` and `count` after it, ascending."""
+    before: list[Fire] = []
+    for back in LOOKBACK:
+        before = _walk(schedule, at - back, at, limit=None)
+        if len(before) >= count:
+            break
+    after = _walk(schedule, at, None, limit=count)
+    return before[-count:] + after
+
+
+def span(spec: TaskSpec, at: datetime) -> tuple[datetime, datetime]:
+    """The instants whose runs an explanation of `at` needs: the shown occurrences, or a day around T."""
+    shown = occurrences_around(compile_schedule(spec), at)
+    if not shown:
+        return at - timedelta(days=1), at + timedelta(days=1)
+    return min(shown[0].at, at) - timedelta(seconds=1), max(shown[-1].at, at) + timedelta(seconds=1)
+
+
+def _walk(schedule: Schedule, start: datetime, stop: datetime | None, limit: int | None) -> list[Fire]:
+    """Occurrences after `start` (and at or before `stop`), at most `limit` of them."""
+    found: list[Fire] = []
+    cursor = start
+    for _ in range(MAX_STEPS):
+        fire = schedule.next_fire(cursor)
+        if fire is None or (stop is not None and fire.at > stop):
+            break
+        found.append(fire)
+        if limit is not None and len(found) >= limit:
+            break
+        cursor = fire.at
+    return found
+
+
+def _skipped_by_gap_policy(spec: TaskSpec, shown: list[Fire]) -> list[Fire]:
+    """Occurrences that `policy.dst_gap = "skip"` removed from the span shown."""
+    if spec.policy.dst_gap != "skip" or spec.trigger.kind not in ("cron", "calendar") or not shown:
+        return []
+    policy = spec.policy.model_copy(update={"dst_gap": "shift"})
+    shifted = compile_schedule(spec.model_copy(update={"policy": policy}))
+    kept = {f.at for f in shown}
+    span = _walk(shifted, shown[0].at - timedelta(seconds=1), shown[-1].at, limit=None)
+    return [f for f in span if f.at not in kept and f.note]
+
+
+def _run_text(run: dict[str, Any]) -> str:
+    late = (run["claimed_at"] - run["scheduled_for"]).total_seconds() if run.get("claimed_at") else None
+    parts = [str(run["status"])]
+    if run.get("http_status") is not None:
+        parts.append(f"HTTP {run['http_status']}")
+    if run.get("attempt"):
+        parts.append(f"attempt {run['attempt']}")
+    if late is not None and run["status"] not in ("queued",):
+        parts.append(f"claimed {late:.1f} s after due" + (f" by {run['engine_id']}" if run.get("engine_id") else ""))
+    text = ", ".join(parts)
+    return f"{text}: {run['error']}" if run.get("error") else text
+
+
+def _missing_text(task: TaskState, fire: Fire, now: datetime) -> str:
+    if not task.enabled:
+        return "no run: the task is disabled (disabled time is not caught up)"
+    if fire.at > now:
+        return "upcoming" + (" (next_run_at)" if task.next_run_at == fire.at else "")
+    if task.next_run_at is not None and fire.at >= task.next_run_at:
+        return "due, not claimed yet: is an engine running? (`reconciler status` lists live engines)"
+    if task.created_at is not None and fire.at < task.created_at:
+        return f"no run: the task did not exist yet (created {_stamp(task.created_at)})"
+    changed = f"; last changed {_stamp(task.updated_at)}" if task.updated_at else ""
+    return (
+        "no run recorded: next_run_at had already moved past it (a retiming or re-enabling recomputes "
+        f"from then{changed}; or more than 100 occurrences fell due in one claim)"
+    )
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def explain(task: TaskState, runs: list[dict[str, Any]], at: datetime, now: datetime) -> list[str]:
+    """The explanation, one line per fact."""
+    spec = task.spec
+    zone = ZoneInfo(spec.timezone)
+    schedule = compile_schedule(spec)
+    policy = spec.policy
+    lines = [f"{task.id} — {describe_trigger(spec)}"]
+    lines.append(
+        "  enabled: yes"
+        if task.enabled
+        else "  enabled: no — a disabled task never fires; enabling it recomputes next_run_at from then"
+    )
+    lines.append(f"  next_run_at: {_when(task.next_run_at, zone)}")
+    lines.append(
+        f"  policy: misfire_grace_seconds = {policy.misfire_grace_seconds}, coalesce = {str(policy.coalesce).lower()}, "
+        f"max_running_instances = {policy.max_running_instances}, retries = {policy.retries}"
+    )
+    window = _window_note(spec, at)
+    if window:
+        lines.append(f"  window: {window}")
+    lines.append(f"around {_when(at, zone)}:")
+    shown = occurrences_around(schedule, at)
+    by_time = {r["scheduled_for"]: r for r in runs if r["kind"] != "manual"}
+    marked = False
+    for fire in shown:
+        if not marked and fire.at > at:
+            lines.append(f"  ---- {_stamp(at)} (T)")
+            marked = True
+        run = by_time.get(fire.at)
+        outcome = _run_text(run) if run else _missing_text(task, fire, now)
+        lines.append(f"  {fire_line(fire, zone)}  → {outcome}")
+    if not shown:
+        lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
+    for fire in _skipped_by_gap_policy(spec, shown):
+        lines.append(f"  {fire_line(fire, zone)}  → no run: policy.dst_gap = \"skip\"")
+    manual = [r for r in runs if r["kind"] == "manual"]
+    for run in manual:
+        lines.append(f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run)}")
+    return lines
+
+
+def _when(moment: datetime | None, zone: ZoneInfo) -> str:
+    if moment is None:
+        return "none (disabled, or no further occurrence)"
+    local = moment.astimezone(zone)
+    return f"{local.strftime('%Y-%m-%d %H:%M:%S %Z')} ({_stamp(moment)})"
+
+
+def _window_note(spec: TaskSpec, at: datetime) -> str | None:
+    trigger = spec.trigger
+    if trigger.kind == "once" or (trigger.start_at is None and trigger.end_at is None):
+        return None
+    zone = ZoneInfo(spec.timezone)
+    start = resolve_window_time(trigger.start_at, zone, "trigger.start_at") if trigger.start_at else None
+    end = resolve_window_time(trigger.end_at, zone, "trigger.end_at") if trigger.end_at else None
+    text = f"from {_when(start, zone) if start else 'the beginning'} until {_when(end, zone) if end else 'forever'}"
+    if start is not None and at < start:
+        return text + " — T is before the window opens"
+    if end is not None and at >= end:
+        return text + " — T is after the window closed (end_at is exclusive)"
+    return text
