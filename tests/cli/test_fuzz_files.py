@@ -52,7 +52,7 @@ TYPED: list[tuple[tuple[str, ...], type]] = [
     (("target", "method"), str),
     (("target", "headers"), dict),
     (("target", "body"), str),
-    (("target", "timeout_seconds"), int),
+    (("target", "timeout_seconds"), float),
     (("policy", "misfire_grace_seconds"), int),
     (("policy", "coalesce"), bool),
     (("policy", "retries"), int),
@@ -81,6 +81,8 @@ def wrong_value(kind: type) -> st.SearchStrategy[Any]:
         return st.one_of(st.integers(), st.text(max_size=5))
     if kind is int:
         return st.one_of(st.text(max_size=5), st.booleans(), st.floats(allow_nan=False, allow_infinity=False))
+    if kind is float:  # a number of seconds: 1.5 and 2 are both fine, "2" and true are not
+        return st.one_of(st.text(max_size=5), st.booleans())
     return st.one_of(st.integers(), st.text(max_size=5), st.booleans())
 
 
