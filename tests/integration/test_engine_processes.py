@@ -102,3 +102,28 @@ async def test_max_running_instances_holds_across_two_processes(
         engines = {r[0] for r in conn.execute("SELECT engine_id FROM scheduler.runs")}
     assert statuses["skipped"] >= 3 and statuses["succeeded"] >= 2, statuses
     assert engines == {"proc-0", "proc-1"}
+
+
+async def test_sigterm_drains_the_run_in_flight_then_exits_0(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/slow", delay=2.0)
+    due = datetime.now(UTC) + timedelta(seconds=2)
+    (tmp_path / "slow.toml").write_text(
+        f'[trigger]\nkind = "once"\nat = {due.strftime("%Y-%m-%dT%H:%M:%SZ")}\n'
+        f'[target]\nurl = "{url}/slow"\ntimeout_seconds = 10\n[policy]\nmisfire_grace_seconds = 300\n'
+    )
+    await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", datetime.now(UTC))
+    procs = start_engines(dsn, 1)
+    try:
+        assert wait_until(lambda: rec.in_flight.get("/slow", 0) == 1, 30), "the request never started"
+    finally:
+        [(code, err)] = stop(procs)  # SIGTERM while the request is in flight
+    assert code == 0, err
+    with psycopg.connect(dsn) as conn:
+        run = conn.execute("SELECT status, http_status FROM scheduler.runs").fetchall()
+        engines = conn.execute("SELECT engine_id FROM scheduler.engines").fetchall()
+        leases = conn.execute("SELECT run_id FROM scheduler.run_leases").fetchall()
+    assert run == [("succeeded", 200)]  # drained and recorded, not lost
+    assert engines == [] and leases == []  # said goodbye, freed its slot
