@@ -324,8 +324,9 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from reconciler.explain import TaskState, explain, span
+    from reconciler.explain import TaskState, explain, occurrences_around, span
     from reconciler.models import TaskSpec
+    from reconciler.triggers import compile_schedule
 
     now = utcnow()
     at = parse_instant(args.at, "--at") if args.at else now
@@ -340,15 +341,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
             row = found[0]
             try:
                 spec = TaskSpec.model_validate(json.loads(row["spec_text"]))
-                lo, hi = span(spec, at)
+                shown = occurrences_around(compile_schedule(spec), at)
             except ValueError as exc:  # pydantic's ValidationError and TriggerError are ValueErrors
                 reason = str(exc).splitlines()[0]
                 raise UserError(
                     f"task {args.id!r}: the stored spec no longer validates ({reason}); `reconciler apply` restores it"
                 ) from None
+            lo, hi = span(shown, at)
             runs = await Store.fetch(conn, "runs_between", {"task_id": args.id, "lo": lo, "hi": hi})
         task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
-        return explain(task, runs, at, now)
+        return explain(task, shown, runs, at, now)
 
     print("\n".join(with_store(args, work)))
     return EXIT_OK

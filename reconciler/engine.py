@@ -136,7 +136,7 @@ class Report:
     def record(self, task_id: str, scheduled_for: datetime, status: str, error: str | None) -> None:
         """A run row that ended in the claim (missed, skipped, failed, lost)."""
         self.recorded.append(Recorded(task_id, scheduled_for, status, error))
-        if status in ("missed", "skipped", "failed"):
+        if status in ("missed", "skipped", "failed", "lost"):
             setattr(self, status, getattr(self, status) + 1)
 
 
@@ -152,7 +152,7 @@ class Recorded:
 
 @dataclass
 class _Pending:
-    """A finished run whose result could not be written yet (database away)."""
+    """A finished run's result, queued until flush_pending writes it (kept while the database is away)."""
 
     params: dict[str, Any]
 
@@ -191,7 +191,6 @@ class Engine:
             lost = await Store.fetch(conn, "runs_mark_lost", {"now": now})
             for row in lost:
                 report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
-            report.lost = len(lost)
             due = await Store.fetch(conn, "claim_due", {"now": now, "batch": self.config.batch})
             queued = await Store.fetch(conn, "claim_queued", {"batch": self.config.batch})
             ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
@@ -403,8 +402,6 @@ class Engine:
                 await self.flush_pending()
             except DB_FAULTS:
                 await asyncio.sleep(0.5)
-            if stop.is_set() and not self.inflight and not self.pending:
-                return
 
     async def run_once(self, now: datetime) -> Report:
         """Claim at `now`, fire everything claimed, wait for the results: the unit of work."""

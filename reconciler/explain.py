@@ -39,9 +39,8 @@ def occurrences_around(schedule: Schedule, at: datetime, count: int = AROUND) ->
     return before[-count:] + after
 
 
-def span(spec: TaskSpec, at: datetime) -> tuple[datetime, datetime]:
-    """The instants whose runs an explanation of `at` needs: the shown occurrences, or a day around T."""
-    shown = occurrences_around(compile_schedule(spec), at)
+def span(shown: list[Fire], at: datetime) -> tuple[datetime, datetime]:
+    """The instants whose runs an explanation needs: the shown occurrences and T, or a day around T."""
     if not shown:
         return at - timedelta(days=1), at + timedelta(days=1)
     return min(shown[0].at, at) - timedelta(seconds=1), max(shown[-1].at, at) + timedelta(seconds=1)
@@ -69,8 +68,8 @@ def _skipped_by_gap_policy(spec: TaskSpec, shown: list[Fire]) -> list[Fire]:
     policy = spec.policy.model_copy(update={"dst_gap": "shift"})
     shifted = compile_schedule(spec.model_copy(update={"policy": policy}))
     kept = {f.at for f in shown}
-    span = _walk(shifted, shown[0].at - timedelta(seconds=1), shown[-1].at, limit=None)
-    return [f for f in span if f.at not in kept and f.note]
+    unskipped = _walk(shifted, shown[0].at - timedelta(seconds=1), shown[-1].at, limit=None)
+    return [f for f in unskipped if f.at not in kept and f.note]
 
 
 def _run_text(run: dict[str, Any]) -> str:
@@ -80,7 +79,7 @@ def _run_text(run: dict[str, Any]) -> str:
         parts.append(f"HTTP {run['http_status']}")
     if run.get("attempt"):
         parts.append(f"attempt {run['attempt']}")
-    if late is not None and run["status"] not in ("queued",):
+    if late is not None and run["status"] != "queued":
         parts.append(f"claimed {late:.1f} s after due" + (f" by {run['engine_id']}" if run.get("engine_id") else ""))
     text = ", ".join(parts)
     return f"{text}: {run['error']}" if run.get("error") else text
@@ -106,11 +105,10 @@ def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def explain(task: TaskState, runs: list[dict[str, Any]], at: datetime, now: datetime) -> list[str]:
-    """The explanation, one line per fact."""
+def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: datetime, now: datetime) -> list[str]:
+    """The explanation, one line per fact; `shown` is occurrences_around(T), `runs` those in span(shown, T)."""
     spec = task.spec
     zone = ZoneInfo(spec.timezone)
-    schedule = compile_schedule(spec)
     policy = spec.policy
     lines = [f"{task.id} — {describe_trigger(spec)}"]
     lines.append(
@@ -127,7 +125,6 @@ def explain(task: TaskState, runs: list[dict[str, Any]], at: datetime, now: date
     if window:
         lines.append(f"  window: {window}")
     lines.append(f"around {_when(at, zone)}:")
-    shown = occurrences_around(schedule, at)
     by_time = {r["scheduled_for"]: r for r in runs if r["kind"] != "manual"}
     marked = False
     for fire in shown:

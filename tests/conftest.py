@@ -1,4 +1,4 @@
-"""Shared fixtures: a real PostgreSQL (embedded, or RECONCILER_TEST_DSN), a fresh schema per test."""
+"""Shared fixtures: a real PostgreSQL (embedded, or RECONCILER_TEST_DSN), a fresh schema per test, an HTTP server."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from psycopg import sql
 
 from reconciler.store import Store
+from tests.httpserver import Recorder, serving
 
 TEST_DB = "reconciler_test"
 
@@ -42,6 +43,13 @@ def database_dsn() -> Iterator[str]:
     yield _with_db(admin, TEST_DB)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEST_DB)))
+
+
+@pytest.fixture
+def http() -> Iterator[tuple[str, Recorder]]:
+    """A real HTTP server on 127.0.0.1 that records every request: (base URL, recorder)."""
+    with serving() as served:
+        yield served
 
 
 @pytest.fixture

@@ -30,6 +30,15 @@ def fires_iso(zone: str, trigger: dict[str, Any], after: str, count: int, **poli
     return [f.at.astimezone(ZoneInfo(zone)).isoformat() for f in upcoming(sched, datetime.fromisoformat(after), count)]
 
 
+def finished_runs(dsn: str) -> int:
+    """How many run rows have a final status (not queued, not running)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM scheduler.runs WHERE status NOT IN ('queued', 'running')").fetchone()
+    return int(row[0]) if row else 0
+
+
 def wait_until(check: Callable[[], object], seconds: float, step: float = 0.1) -> bool:
     """Poll `check` until it is truthy (True) or `seconds` pass (False); a bounded wait for subprocess tests."""
     deadline = time.monotonic() + seconds

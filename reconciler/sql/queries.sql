@@ -119,8 +119,6 @@ UPDATE scheduler.runs
        error = %(error)s, duration_ms = %(duration_ms)s, response_excerpt = %(excerpt)s
  WHERE id = %(run_id)s;
 
-
-
 -- name: runs_mark_lost
 -- Runs whose lease expired: their engine died (or hung) while holding them.
 WITH expired AS (

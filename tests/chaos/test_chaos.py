@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import psycopg
 import pytest
 
 from reconciler.loader import load_dir
-from tests.httpserver import Recorder, serving
+from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer
 
 pytestmark = pytest.mark.chaos
@@ -69,12 +68,6 @@ class Fleet:
         for _, proc in self.procs.values():
             proc.send_signal(signal.SIGTERM)
         return [proc.wait(timeout=60) for _, proc in self.procs.values()]
-
-
-@pytest.fixture
-def http() -> Iterator[tuple[str, Recorder]]:
-    with serving() as served:
-        yield served
 
 
 def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:

@@ -7,15 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-import psycopg
 
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
+from tests.helpers import finished_runs, wait_until
 from tests.httpserver import serving
 
 SECRET = "json-log-secret-4b1d9e"
@@ -49,15 +47,13 @@ async def test_json_logs_parse_line_by_line_and_hold_no_secret(store: Store, dsn
             text=True,
         )
         try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and finished(dsn) < len(files):
-                time.sleep(0.2)
+            wait_until(lambda: finished_runs(dsn) >= len(files), 30, step=0.2)
         finally:
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0
         tokens = [r.headers.get("Authorization", "") for r in rec.paths("/protected")]
-    assert finished(dsn) == len(files)
+    assert finished_runs(dsn) == len(files)
     events = [json.loads(line) for line in err.splitlines()]  # raises on any non-JSON line
     assert out == ""
     runs = {e["task_id"]: e for e in events if e.get("message", "").startswith("run ")}
@@ -73,12 +69,6 @@ async def test_json_logs_parse_line_by_line_and_hold_no_secret(store: Store, dsn
     assert any(e["message"].startswith("engine ") and e["message"].endswith(" started") for e in events)
     secrets = [SECRET, CLIENT_SECRET, *(t.removeprefix("Bearer ") for t in tokens if t)]
     assert tokens and all(secret not in err for secret in secrets)
-
-
-def finished(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM scheduler.runs WHERE status NOT IN ('queued', 'running')").fetchone()
-    return int(row[0]) if row else 0
 
 
 def test_user_error_is_one_json_line_in_json_mode() -> None:

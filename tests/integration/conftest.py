@@ -1,22 +1,15 @@
-"""Fixtures of the integration tests: a real local HTTP server and an engine on the test database."""
+"""Fixtures of the integration tests: an engine on the test database (the HTTP server is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 from reconciler.targets import Firer
-from tests.httpserver import Recorder, serving
 from tests.integration.engine_support import SECRET
-
-
-@pytest.fixture
-def http() -> Iterator[tuple[str, Recorder]]:
-    with serving() as served:
-        yield served
 
 
 @pytest.fixture

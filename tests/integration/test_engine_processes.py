@@ -16,7 +16,7 @@ import psycopg
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
-from tests.helpers import wait_until
+from tests.helpers import finished_runs, wait_until
 from tests.httpserver import Recorder
 
 
@@ -45,12 +45,6 @@ def stop(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
     return results
 
 
-def count_terminal(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT count(*) FROM scheduler.runs WHERE status <> 'running'").fetchone()
-    return int(row[0]) if row else 0
-
-
 async def test_three_engine_processes_fire_500_occurrences_exactly_once(
     store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
@@ -65,7 +59,7 @@ async def test_three_engine_processes_fire_500_occurrences_exactly_once(
     await apply_tasks(store, loaded.tasks, "default", datetime.now(UTC))
     procs = start_engines(dsn, 3, "--batch", "25")
     try:
-        assert wait_until(lambda: count_terminal(dsn) >= 500, 90), f"only {count_terminal(dsn)} runs finished"
+        assert wait_until(lambda: finished_runs(dsn) >= 500, 90), f"only {finished_runs(dsn)} runs finished"
     finally:
         results = stop(procs)
     assert [code for code, _ in results] == [0, 0, 0], [err[-2000:] for _, err in results]

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from reconciler.engine import Engine
-from reconciler.explain import TaskState, explain
+from reconciler.explain import TaskState, explain, occurrences_around
 from reconciler.models import TaskSpec
 from reconciler.store import Store
+from reconciler.triggers import compile_schedule
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, setup
 
@@ -54,8 +55,10 @@ async def test_explain_shows_each_occurrence_and_why(
                for ln in earlier)  # fmt: skip
 
 
-def state(spec: dict[str, object], enabled: bool = True, next_run_at: datetime | None = None) -> TaskState:
-    return TaskState("t", TaskSpec.model_validate(spec), enabled, next_run_at)
+def explain_offline(spec: dict[str, object], at: datetime, now: datetime, enabled: bool = True) -> list[str]:
+    """explain() for a task with no runs recorded (no database)."""
+    task = TaskState("t", TaskSpec.model_validate(spec), enabled, None)
+    return explain(task, occurrences_around(compile_schedule(task.spec), at), [], at, now)
 
 
 def test_explain_disabled_task_and_closed_window() -> None:
@@ -64,7 +67,7 @@ def test_explain_disabled_task_and_closed_window() -> None:
         "target": {"url": "http://127.0.0.1:9/x"},
         "enabled": False,
     }
-    lines = explain(state(spec, enabled=False), [], datetime(2026, 7, 1, tzinfo=UTC), datetime(2026, 7, 2, tzinfo=UTC))
+    lines = explain_offline(spec, datetime(2026, 7, 1, tzinfo=UTC), datetime(2026, 7, 2, tzinfo=UTC), enabled=False)
     assert lines[1].startswith("  enabled: no — a disabled task never fires")
     assert any("T is after the window closed (end_at is exclusive)" in ln for ln in lines)
     occurrences = [ln for ln in lines if "→" in ln]
@@ -81,7 +84,7 @@ def test_explain_names_the_dst_gap_skip_policy() -> None:
         "policy": {"dst_gap": "skip"},
     }
     at = datetime(2026, 3, 29, 12, tzinfo=UTC)
-    lines = explain(state(spec), [], at, at)
+    lines = explain_offline(spec, at, at)
     [skipped] = [ln for ln in lines if 'policy.dst_gap = "skip"' in ln]
     assert skipped.startswith("  2026-03-29 03:00:00 CEST")
     assert "2026-03-29 02:30 does not exist (DST gap)" in skipped
