@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
 from reconciler.models import TaskSpec
 from reconciler.triggers import Schedule, compile_schedule, upcoming
@@ -47,3 +50,33 @@ def wait_until(check: Callable[[], object], seconds: float, step: float = 0.1) -
             return True
         time.sleep(step)
     return False
+
+
+async def async_wait_until(check: Callable[[], object], seconds: float, step: float = 0.05) -> bool:
+    """wait_until for coroutines: polls `check` (plain or async) without blocking the event loop."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return True
+        await asyncio.sleep(step)
+    return False
+
+
+class Output:
+    """Collects the lines of a subprocess's pipe in a thread, so the pipe never fills."""
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        self.lines: list[str] = []
+        assert stream is not None
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))

@@ -137,7 +137,8 @@ def serving(port: int = 0) -> Iterator[tuple[str, Recorder]]:
     recorder = Recorder()
     server = _Server(("127.0.0.1", port), make_handler(recorder))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for it, and every test using the server pays it once.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", recorder

@@ -1,16 +1,20 @@
-"""A PostgreSQL server of a test's own (pgserver, in a temp dir) that the test may stop and start.
+"""PostgreSQL servers the tests start: a private one a test may stop and start, and the sweep
+that stops every server the run started (under its temporary folder), passed or failed.
 
-The shared test server must never be stopped; tests that take the database away
-(health endpoints, chaos) use one of these.
+The shared test server must never be stopped by a test; tests that take the database away
+(health endpoints, chaos) use a PrivateServer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import warnings
 from pathlib import Path
 
+import psutil
 import psycopg
 
 from reconciler.embedded import embedded_dsn
@@ -64,3 +68,29 @@ def stop_embedded(home: Path) -> None:
     pgdata = home.resolve() / "pgdata"
     if (pgdata / "postmaster.pid").exists():
         _pg_ctl(pgdata, "-w", "-m", "fast", "stop")
+
+
+def servers_under(root: Path) -> list[psutil.Process]:
+    """Running postmasters whose data directory lies below `root`."""
+    prefix = str(root.resolve())
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["name"] == "postgres" and "-D" in cmdline:
+            data = cmdline[cmdline.index("-D") + 1] if cmdline.index("-D") + 1 < len(cmdline) else ""
+            if data.startswith(prefix):
+                found.append(proc)
+    return found
+
+
+def stop_all_under(root: Path) -> int:
+    """Fast-stop every postmaster below `root` (SIGINT), kill what is left after 30 s; returns how many."""
+    procs = servers_under(root)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGINT)
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    for proc in alive:
+        proc.kill()
+    psutil.wait_procs(alive, timeout=10)
+    return len(procs)

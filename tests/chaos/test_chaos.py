@@ -20,6 +20,8 @@ import psycopg
 import pytest
 
 from reconciler.loader import load_dir
+from tests.engines import registered
+from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer
 
@@ -83,9 +85,9 @@ def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:
         )
 
 
-def apply_files(dsn: str, root: Path) -> None:
+def reconciler(dsn: str, *args: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "reconciler", "--tasks-dir", str(root), "apply"],
+        [sys.executable, "-m", "reconciler", *args],
         env={**os.environ, "RECONCILER_DSN": dsn},
         capture_output=True,
         text=True,
@@ -104,18 +106,15 @@ def expected_occurrences(root: Path, start: datetime, end: datetime) -> set[tupl
     return found
 
 
-def wait_until_settled(dsn: str, expected: int, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with psycopg.connect(dsn) as conn:
-            row = conn.execute(
-                "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*),"
-                " (SELECT count(*) FROM scheduler.run_leases) FROM scheduler.runs"
-            ).fetchone()
-        assert row is not None
-        if row[0] == 0 and row[1] >= expected and row[2] == 0:
-            return
-        time.sleep(0.5)
+def settled(dsn: str, expected: int) -> bool:
+    """Every occurrence has a run row, none is still queued or running, and no lease is held."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*),"
+            " (SELECT count(*) FROM scheduler.run_leases) FROM scheduler.runs"
+        ).fetchone()
+    assert row is not None
+    return row[0] == 0 and row[1] >= expected and row[2] == 0
 
 
 def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
@@ -127,24 +126,25 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     root = tmp_path / "tasks.d"
     root.mkdir()
     rng = random.Random(SEED)
-    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
-    end = start + timedelta(seconds=SCHEDULE_SECONDS)
-    write_tasks(root, url, start, end)
     for index in range(0, TASKS, 10):  # each flaky path fails its first request only
         rec.script(f"/flaky/{index}", statuses=[503, 200])
         rec.script(f"/slow/{index + 5}", delay=1.5)
-    apply_files(dsn, root)
-    expected = expected_occurrences(root, start, end)
-    assert len(expected) == TASKS * SCHEDULE_SECONDS // EVERY
-
+    reconciler(dsn, "db", "init")
     fleet = Fleet(dsn, tmp_path)
     kills: list[tuple[float, str]] = []
     restarted_db = False
     try:
         for slot in range(3):
             fleet.start(slot)
-        while datetime.now(UTC) < start:
-            time.sleep(0.1)
+        # The schedule starts once every engine is up, however long a loaded machine took.
+        assert wait_until(lambda: len(registered(dsn)) == 3, 120), "engines never registered"
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
+        end = start + timedelta(seconds=SCHEDULE_SECONDS)
+        write_tasks(root, url, start, end)
+        reconciler(dsn, "--tasks-dir", str(root), "apply")
+        expected = expected_occurrences(root, start, end)
+        assert len(expected) == TASKS * SCHEDULE_SECONDS // EVERY
+        wait_until(lambda: datetime.now(UTC) >= start, 60, step=0.05)
         began = time.monotonic()
         next_kill = began + rng.uniform(*KILL_EVERY)
         while time.monotonic() - began < SCHEDULE_SECONDS + 2:
@@ -161,7 +161,7 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
                 next_kill = now + rng.uniform(*KILL_EVERY)
             time.sleep(0.05)
         # Leases of killed engines expire after timeout (2 s) x attempts + backoff + margin (3 s).
-        wait_until_settled(dsn, len(expected), 60)
+        wait_until(lambda: settled(dsn, len(expected)), 60, step=0.5)
     finally:
         codes = fleet.stop()
         with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:

@@ -8,13 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 
-from tests.helpers import wait_until
+from tests.helpers import Output, wait_until
+from tests.pgcontrol import stop_embedded
 
 ROOT = Path(__file__).parent.parent.parent
 EXAMPLES = ROOT / "tasks.d"
@@ -127,6 +127,7 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
         stderr=subprocess.PIPE,
         text=True,
     )
+    out, errors = Output(proc.stdout), Output(proc.stderr)
 
     def expr_in_db() -> str | None:
         with psycopg.connect(dsn) as conn:
@@ -148,24 +149,20 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
         assert wait_for(lambda: expr_in_db() == "30 2 * * 1-5"), "initial apply did not happen"
         path = cwd / "tasks.d" / "billing" / "invoices.toml"
         (cwd / "tasks.d" / "oops.toml").write_text("this is = = not toml")
-        time.sleep(1.0)
+        assert wait_for(lambda: "nothing applied, still watching" in "\n".join(errors.lines)), errors.lines
         assert proc.poll() is None, "watch died on an invalid file"
         (cwd / "tasks.d" / "oops.toml").unlink()
         path.write_text(path.read_text().replace("30 2 * * 1-5", "45 3 * * 1-5"))
         assert wait_for(lambda: expr_in_db() == "45 3 * * 1-5"), "edit was not applied"
     finally:
         proc.send_signal(signal.SIGINT)
-        out, errors = proc.communicate(timeout=20)
-    assert "tasks.d/oops.toml:1: toml: syntax error" in errors
-    assert "nothing applied, still watching" in errors
-    assert "Plan: 5 to create" in out and "1 to update" in out
-    assert "Traceback" not in errors
-
-
-def _stop_embedded(home: Path) -> None:
-    pidfile = home / ".reconciler" / "pgdata" / "postmaster.pid"
-    if pidfile.exists():
-        os.kill(int(pidfile.read_text().split()[0]), signal.SIGTERM)
+        proc.wait(timeout=60)
+        out.join()
+        errors.join()
+    stderr, stdout = "\n".join(errors.lines), "\n".join(out.lines)
+    assert "tasks.d/oops.toml:1: toml: syntax error" in stderr
+    assert "Plan: 5 to create" in stdout and "1 to update" in stdout
+    assert "Traceback" not in stderr
 
 
 def test_embedded_database_when_no_dsn(tmp_path: Path) -> None:
@@ -179,4 +176,4 @@ def test_embedded_database_when_no_dsn(tmp_path: Path) -> None:
         assert (cwd / ".reconciler" / "pgdata" / "PG_VERSION").exists()
         assert "No changes." in run("plan", cwd=cwd).stdout
     finally:
-        _stop_embedded(cwd)
+        stop_embedded(cwd / ".reconciler")

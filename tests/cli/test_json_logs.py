@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -13,6 +11,7 @@ from pathlib import Path
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
+from tests.engines import start_engines, stop, wait_registered
 from tests.helpers import finished_runs, wait_until
 from tests.httpserver import serving
 
@@ -24,34 +23,30 @@ async def test_json_logs_parse_line_by_line_and_hold_no_secret(store: Store, dsn
     with serving() as (url, rec):
         rec.client = ("scheduler", CLIENT_SECRET)
         rec.script("/fail", statuses=[503])
-        due = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        files = {
-            "header": f'headers = {{ X-Api-Key = {{ env = "LOG_API_KEY" }} }}\nurl = "{url}/ok"\n',
-            "oauth": (
-                f'url = "{url}/protected"\n[target.auth]\nkind = "oauth2_client_credentials"\n'
-                f'token_url = "{url}/oauth/token"\nclient_id = "scheduler"\n'
-                'client_secret = { env = "LOG_CLIENT_SECRET" }\n'
-            ),
-            "missing": f'url = "{url}/never"\n[target.auth]\nkind = "bearer"\ntoken = {{ env = "LOG_UNSET" }}\n',
-            "failing": f'url = "{url}/fail"\n',
-        }
-        for name, target in files.items():
-            (tmp_path / f"{name}.toml").write_text(f'[trigger]\nkind = "once"\nat = {due}\n[target]\n{target}')
-        await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", datetime.now(UTC))
-        env = {**os.environ, "RECONCILER_DSN": dsn, "LOG_API_KEY": SECRET, "LOG_CLIENT_SECRET": CLIENT_SECRET}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler", "--log-format", "json", "engine", "--max-sleep", "0.5"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        env = {"LOG_API_KEY": SECRET, "LOG_CLIENT_SECRET": CLIENT_SECRET}
+        [engine] = start_engines(dsn, ["json-engine"], tmp_path, env=env, global_args=["--log-format", "json"])
         try:
-            wait_until(lambda: finished_runs(dsn) >= len(files), 30, step=0.2)
+            due = (wait_registered(dsn, [engine]) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            files = {
+                "header": f'headers = {{ X-Api-Key = {{ env = "LOG_API_KEY" }} }}\nurl = "{url}/ok"\n',
+                "oauth": (
+                    f'url = "{url}/protected"\n[target.auth]\nkind = "oauth2_client_credentials"\n'
+                    f'token_url = "{url}/oauth/token"\nclient_id = "scheduler"\n'
+                    'client_secret = { env = "LOG_CLIENT_SECRET" }\n'
+                ),
+                "missing": f'url = "{url}/never"\n[target.auth]\nkind = "bearer"\ntoken = {{ env = "LOG_UNSET" }}\n',
+                "failing": f'url = "{url}/fail"\n',
+            }
+            (tmp_path / "tasks").mkdir()
+            for name, target in files.items():
+                trigger = f'[trigger]\nkind = "once"\nat = {due}\n'
+                (tmp_path / "tasks" / f"{name}.toml").write_text(f"{trigger}[target]\n{target}")
+            await apply_tasks(store, load_dir(tmp_path / "tasks", "tasks.d").tasks, "default", datetime.now(UTC))
+            assert wait_until(lambda: finished_runs(dsn) >= len(files), 120), finished_runs(dsn)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0
+            [(code, err)] = stop([engine])
+        assert code == 0, err[-2000:]
+        out = engine.stdout()
         tokens = [r.headers.get("Authorization", "") for r in rec.paths("/protected")]
     assert finished_runs(dsn) == len(files)
     events = [json.loads(line) for line in err.splitlines()]  # raises on any non-JSON line

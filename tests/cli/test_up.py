@@ -6,33 +6,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
-from tests.helpers import wait_until
+from tests.helpers import Output, wait_until
 from tests.httpserver import serving
 from tests.pgcontrol import stop_embedded
 
 
 def task_file(url: str, path: str) -> str:
     return f'[trigger]\nkind = "interval"\nevery = "2s"\n[target]\nurl = "{url}{path}"\n'
-
-
-class Output:
-    """Collects a subprocess's stdout lines in a thread, so the pipe never fills."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        assert proc.stdout is not None
-        self._thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
-        self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join(timeout=10)
-
-    def _read(self, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            self.lines.append(line.rstrip("\n"))
 
 
 def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
@@ -49,7 +31,7 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
             stderr=(tmp_path / "stderr.txt").open("w"),
             text=True,
         )
-        out = Output(proc)
+        out = Output(proc.stdout)
         try:
             assert wait_until(lambda: len(rec.paths("/v1")) >= 1, 60), out.lines
             assert any("Plan: 1 to create" in line for line in out.lines), out.lines

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from reconciler.engine import Engine, EngineConfig
 from reconciler.errors import DatabaseUnavailable
 from reconciler.store import Store
 from reconciler.targets import Firer
+from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, SECRET, cron, next_run, runs, setup
 
@@ -318,20 +320,34 @@ async def test_expired_lease_marks_run_lost_and_frees_slot(
 
 
 async def test_result_kept_while_database_is_away_and_written_after(
-    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
     url, rec = http
     rec.script("/slow", delay=1.5)
     await setup(store, tmp_path, {"s": cron(f"{url}/slow")})
+    async with Store(dsn, timeout=2) as quick:  # a short pool timeout: the outage is noticed in 2 s, not 10
+        engine = Engine(quick, EngineConfig("test-engine"), Firer(concurrency=1))
+        try:
+            await _result_survives_outage(engine, dsn, rec)
+        finally:
+            await engine.firer.close()
+    [run] = runs(dsn)
+    assert (run["status"], run["http_status"]) == ("succeeded", 200)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
+
+
+async def _result_survives_outage(engine: Engine, dsn: str, rec: Recorder) -> None:
     report = await engine.claim(NOW + timedelta(minutes=5))
     [claimed] = report.runs
     firing = asyncio.create_task(engine.execute(claimed))
-    await asyncio.sleep(0.3)
+    assert await async_wait_until(lambda: rec.in_flight.get("/slow") == 1, 30), "the request never started"
+    dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     with psycopg.connect(dsn, autocommit=True, dbname="postgres") as admin:  # the database goes away
-        admin.execute("ALTER DATABASE reconciler_test ALLOW_CONNECTIONS false")
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(dbname)))
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'reconciler_test' "
-            "AND pid <> pg_backend_pid()"
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (dbname,),
         )
     try:
         outcome = await firing
@@ -341,12 +357,9 @@ async def test_result_kept_while_database_is_away_and_written_after(
         assert len(engine.pending) == 1  # kept, not lost
     finally:
         with psycopg.connect(dsn, autocommit=True, dbname="postgres") as admin:
-            admin.execute("ALTER DATABASE reconciler_test ALLOW_CONNECTIONS true")
+            admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(dbname)))
+    await engine.store.recover()  # what the serve loop does after a fault
     assert await engine.flush_pending() == 0
-    [run] = runs(dsn)
-    assert (run["status"], run["http_status"]) == ("succeeded", 200)
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
 
 
 async def test_two_engines_claim_each_occurrence_once(

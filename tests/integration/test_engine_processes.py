@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,50 +11,40 @@ import psycopg
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
+from tests.engines import start_engines, stop, wait_registered
 from tests.helpers import finished_runs, wait_until
 from tests.httpserver import Recorder
 
-
-def start_engines(dsn: str, count: int, *extra: str) -> list[subprocess.Popen[str]]:
-    env = {**os.environ, "RECONCILER_DSN": dsn, "ENGINE_SECRET": "engine-secret-xyz"}
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "reconciler", "engine", "--engine-id", f"proc-{i}", "--max-sleep", "0.5", *extra],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(count)
-    ]
+STAMP = "%Y-%m-%dT%H:%M:%SZ"
 
 
-def stop(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    results = []
-    for proc in procs:
-        _, err = proc.communicate(timeout=60)
-        results.append((proc.returncode, err))
-    return results
+def soon(moment: datetime, seconds: int) -> str:
+    """`moment + seconds`, rounded up to a whole second, as a TOML date-time."""
+    return (moment.replace(microsecond=0) + timedelta(seconds=seconds + 1)).strftime(STAMP)
+
+
+def statuses(dsn: str) -> Counter[str]:
+    with psycopg.connect(dsn) as conn:
+        return Counter(r[0] for r in conn.execute("SELECT status FROM scheduler.runs"))
 
 
 async def test_three_engine_processes_fire_500_occurrences_exactly_once(
     store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
     url, rec = http
-    due = datetime.now(UTC) + timedelta(seconds=3)
-    for i in range(500):
-        (tmp_path / f"o{i:03d}.toml").write_text(
-            f'[trigger]\nkind = "once"\nat = {due.strftime("%Y-%m-%dT%H:%M:%SZ")}\n'
-            f'[target]\nurl = "{url}/once/{i}"\n[policy]\nmisfire_grace_seconds = 300\n'
-        )
-    loaded = load_dir(tmp_path, "tasks.d")
-    await apply_tasks(store, loaded.tasks, "default", datetime.now(UTC))
-    procs = start_engines(dsn, 3, "--batch", "25")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = start_engines(dsn, ["proc-0", "proc-1", "proc-2"], logs, "--batch", "25",
+                          env={"ENGINE_SECRET": "engine-secret-xyz"})  # fmt: skip
     try:
-        assert wait_until(lambda: finished_runs(dsn) >= 500, 90), f"only {finished_runs(dsn)} runs finished"
+        due = soon(wait_registered(dsn, procs), 1)
+        for i in range(500):
+            (tmp_path / f"o{i:03d}.toml").write_text(
+                f'[trigger]\nkind = "once"\nat = {due}\n'
+                f'[target]\nurl = "{url}/once/{i}"\n[policy]\nmisfire_grace_seconds = 300\n'
+            )
+        await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", datetime.now(UTC))
+        assert wait_until(lambda: finished_runs(dsn) >= 500, 120), f"only {finished_runs(dsn)} runs finished"
     finally:
         results = stop(procs)
     assert [code for code, _ in results] == [0, 0, 0], [err[-2000:] for _, err in results]
@@ -78,24 +63,30 @@ async def test_max_running_instances_holds_across_two_processes(
     store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
     url, rec = http
-    rec.script("/slow", delay=2.5)
-    (tmp_path / "slow.toml").write_text(
-        f'[trigger]\nkind = "interval"\nseconds = 1\n[target]\nurl = "{url}/slow"\ntimeout_seconds = 10\n'
-        "[policy]\nmax_running_instances = 1\nmisfire_grace_seconds = 30\n"
-    )
-    await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", datetime.now(UTC))
-    procs = start_engines(dsn, 2)
+    rec.script("/slow", delay=1.5)
+    procs = start_engines(dsn, ["proc-0", "proc-1"], tmp_path)
     try:
-        time.sleep(8)
+        wait_registered(dsn, procs)
+        (tmp_path / "tasks" / "slow.toml").parent.mkdir()
+        (tmp_path / "tasks" / "slow.toml").write_text(
+            f'[trigger]\nkind = "interval"\nseconds = 1\n[target]\nurl = "{url}/slow"\ntimeout_seconds = 10\n'
+            "[policy]\nmax_running_instances = 1\nmisfire_grace_seconds = 30\n"
+        )
+        await apply_tasks(store, load_dir(tmp_path / "tasks", "tasks.d").tasks, "default", datetime.now(UTC))
+
+        def both_engines_claimed_and_the_limit_skipped() -> bool:
+            with psycopg.connect(dsn) as conn:
+                engines = {row[0] for row in conn.execute("SELECT engine_id FROM scheduler.runs")}
+            done = statuses(dsn)
+            return engines == {"proc-0", "proc-1"} and done["succeeded"] >= 2 and done["skipped"] >= 2
+
+        assert wait_until(both_engines_claimed_and_the_limit_skipped, 120), statuses(dsn)
     finally:
         results = stop(procs)
-    assert [code for code, _ in results] == [0, 0]
-    assert rec.max_in_flight.get("/slow") == 1
+    assert [code for code, _ in results] == [0, 0], [err[-2000:] for _, err in results]
+    assert rec.max_in_flight.get("/slow") == 1  # never two at once, across both processes
     with psycopg.connect(dsn) as conn:
-        statuses = Counter(r[0] for r in conn.execute("SELECT status FROM scheduler.runs"))
-        engines = {r[0] for r in conn.execute("SELECT engine_id FROM scheduler.runs")}
-    assert statuses["skipped"] >= 3 and statuses["succeeded"] >= 2, statuses
-    assert engines == {"proc-0", "proc-1"}
+        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
 
 
 async def test_sigterm_drains_the_run_in_flight_then_exits_0(
@@ -103,15 +94,15 @@ async def test_sigterm_drains_the_run_in_flight_then_exits_0(
 ) -> None:
     url, rec = http
     rec.script("/slow", delay=2.0)
-    due = datetime.now(UTC) + timedelta(seconds=2)
-    (tmp_path / "slow.toml").write_text(
-        f'[trigger]\nkind = "once"\nat = {due.strftime("%Y-%m-%dT%H:%M:%SZ")}\n'
-        f'[target]\nurl = "{url}/slow"\ntimeout_seconds = 10\n[policy]\nmisfire_grace_seconds = 300\n'
-    )
-    await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", datetime.now(UTC))
-    procs = start_engines(dsn, 1)
+    procs = start_engines(dsn, ["proc-0"], tmp_path)
     try:
-        assert wait_until(lambda: rec.in_flight.get("/slow", 0) == 1, 30), "the request never started"
+        (tmp_path / "tasks").mkdir()
+        (tmp_path / "tasks" / "slow.toml").write_text(
+            f'[trigger]\nkind = "once"\nat = {soon(wait_registered(dsn, procs), 1)}\n'
+            f'[target]\nurl = "{url}/slow"\ntimeout_seconds = 10\n[policy]\nmisfire_grace_seconds = 300\n'
+        )
+        await apply_tasks(store, load_dir(tmp_path / "tasks", "tasks.d").tasks, "default", datetime.now(UTC))
+        assert wait_until(lambda: rec.in_flight.get("/slow", 0) == 1, 60), "the request never started"
     finally:
         [(code, err)] = stop(procs)  # SIGTERM while the request is in flight
     assert code == 0, err

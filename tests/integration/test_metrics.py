@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -19,6 +18,7 @@ from reconciler.engine import Engine, EngineConfig
 from reconciler.metrics import serve_metrics
 from reconciler.store import Store
 from reconciler.targets import Firer
+from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, setup
 from tests.pgcontrol import PrivateServer
@@ -111,11 +111,11 @@ async def test_healthz_follows_the_database(tmp_path: Path) -> None:
                 assert (health.status_code, health.text) == (503, "database unreachable\n")
                 assert (await client.get("/readyz")).status_code == 503
                 server.start()
-                for _ in range(20):
-                    if (await client.get("/healthz")).status_code == 200:
-                        break
-                    await asyncio.sleep(0.25)
-                assert (await client.get("/healthz")).status_code == 200
+
+                async def healthy() -> bool:
+                    return (await client.get("/healthz")).status_code == 200
+
+                assert await async_wait_until(healthy, 60, step=0.25)
             endpoint.close()
             await firer.close()
     finally:
