@@ -303,7 +303,9 @@ async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Even
 
 def cmd_watch(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
-        await watch_files(store, args)
+        # SIGINT/SIGTERM end the watch cleanly (exit 0, like `up` and `engine`); a KeyboardInterrupt
+        # would leave the file watcher's thread running and the process waiting for it.
+        await watch_files(store, args, stop_on_signals())
         return EXIT_OK
 
     return with_store(args, work)
@@ -407,7 +409,7 @@ async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event
 
 
 def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (Ctrl-C): the engine then drains and exits 0."""
+    """An event set by SIGTERM or SIGINT (Ctrl-C): the engine drains, a watch ends; both exit 0."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -174,8 +174,8 @@ class WallClockSchedule:
         if self.overlap == "last":
             return [Fire(second, f"{wall} happens twice (DST overlap); fires on the second pass only")]
         return [
-            Fire(first, f"{wall} happens twice (DST overlap); first of two passes"),
-            Fire(second, f"{wall} happens twice (DST overlap); second of two passes"),
+            Fire(first, f"{wall} happens twice (DST overlap); fires on both passes, this is the first"),
+            Fire(second, f"{wall} happens twice (DST overlap); fires on both passes, this is the second"),
         ]
 
     def _offsets(self, moment: datetime) -> tuple[timedelta, timedelta]:
@@ -184,143 +184,6 @@ class WallClockSchedule:
         after = (moment + DST_MARGIN).astimezone(self.zone).utcoffset()
         assert before is not None and after is not None
         return (before, after) if before <= after else (after, before)
-
-    def next_fire(self, after: datetime) -> Fire | None: ...
-
-    def next_fire_time(self, after: datetime) -> datetime | None: ...
-
-
-class TriggerError(ValueError):
-    """A trigger that cannot be compiled; `key` is the dotted path in the task file."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-        self.message = message
-
-
-def _require_aware(after: datetime) -> None:
-    if after.tzinfo is None or after.utcoffset() is None:
-        raise ValueError("next_fire_time needs an aware datetime")
-
-
-# ---------------------------------------------------------------- local ↔ instant
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """How a local wall time maps to instants: one, none (gap) or two (overlap)."""
-
-    kind: Literal["normal", "gap", "overlap"]
-    instants: tuple[datetime, ...]  # normal: 1; overlap: (first pass, second pass); gap: (instant after gap,)
-
-
-def resolve_local(local: datetime, zone: ZoneInfo) -> Resolved:
-    """Classify the naive wall time `local` in `zone`."""
-    first = local.replace(tzinfo=zone, fold=0)
-    second = local.replace(tzinfo=zone, fold=1)
-    if first.utcoffset() == second.utcoffset():
-        return Resolved("normal", (first.astimezone(UTC),))
-    first_utc = first.astimezone(UTC)
-    second_utc = second.astimezone(UTC)
-    if first_utc.astimezone(zone).replace(tzinfo=None) == local:
-        return Resolved("overlap", (min(first_utc, second_utc), max(first_utc, second_utc)))
-    return Resolved("gap", (_transition_between(min(first_utc, second_utc), max(first_utc, second_utc), zone),))
-
-
-@lru_cache(maxsize=4096)
-def _transition_between(low: datetime, high: datetime, zone: ZoneInfo) -> datetime:
-    """The first instant in (low, high] whose offset differs from low's (bisection to the second)."""
-    before = low.astimezone(zone).utcoffset()
-    lo, hi = low, high
-    while hi - lo > timedelta(seconds=1):
-        mid = lo + (hi - lo) / 2
-        mid = mid.replace(microsecond=0)
-        if mid <= lo:
-            mid = lo + timedelta(seconds=1)
-        if mid.astimezone(zone).utcoffset() == before:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
-def resolve_window_time(value: WhenValue, zone: ZoneInfo, key: str) -> datetime:
-    """A task-file date-time (naive = local to the task's zone) as an aware instant.
-
-    A nonexistent or ambiguous local time without an explicit offset is an error
-    naming both candidate instants.
-    """
-    if not isinstance(value, datetime):
-        value = datetime.combine(value, time())
-    if value.tzinfo is not None:
-        return value.astimezone(UTC)
-    resolved = resolve_local(value, zone)
-    if resolved.kind == "normal":
-        return resolved.instants[0]
-    options = []
-    for fold in (0, 1):
-        offset = value.replace(tzinfo=zone, fold=fold).utcoffset()
-        assert offset is not None
-        aware = value.replace(tzinfo=timezone(offset))
-        options.append(f"{aware.isoformat()} ({aware.astimezone(UTC).strftime('%H:%M')} UTC)")
-    shown = " or ".join(sorted(set(options)))
-    what = "happens twice (DST overlap)" if resolved.kind == "overlap" else "does not exist (DST gap)"
-    return_hint = f"write one of them with its offset, e.g. {options[0].split(' ')[0]}"
-    raise TriggerError(key, f"{value.isoformat()} in {zone.key} {what}: it could mean {shown}; {return_hint}")
-
-
-# ---------------------------------------------------------------- wall-clock walker
-
-
-class WallClockSchedule:
-    """Shared machinery of the wall-clock kinds (cron, calendar): DST gap/overlap rules."""
-
-    def __init__(
-        self,
-        zone: ZoneInfo,
-        gap: Gap,
-        overlap: Overlap,
-        start: datetime | None,
-        end: datetime | None,
-    ) -> None:
-        self.zone = zone
-        self.gap = gap
-        self.overlap = overlap
-        self.start = start
-        self.end = end
-
-    def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
-        """Naive local wall times matching the schedule, ascending, strictly after `after_local`."""
-        raise NotImplementedError
-
-    def _fires(self, local: datetime) -> list[Fire]:
-        resolved = resolve_local(local, self.zone)
-        if resolved.kind == "normal":
-            return [Fire(resolved.instants[0])]
-        wall = local.strftime("%Y-%m-%d %H:%M")
-        if resolved.kind == "gap":
-            if self.gap == "skip":
-                return []
-            shifted = resolved.instants[0].astimezone(self.zone)
-            return [
-                Fire(resolved.instants[0], f"{wall} does not exist (DST gap); fires at {shifted.strftime('%H:%M %Z')}")
-            ]
-        first, second = resolved.instants
-        if self.overlap == "first":
-            return [Fire(first, f"{wall} happens twice (DST overlap); fires on the first pass only")]
-        if self.overlap == "last":
-            return [Fire(second, f"{wall} happens twice (DST overlap); fires on the second pass only")]
-        return [
-            Fire(first, f"{wall} happens twice (DST overlap); first of two passes"),
-            Fire(second, f"{wall} happens twice (DST overlap); second of two passes"),
-        ]
-
-    def _offsets(self, moment: datetime) -> tuple[timedelta, timedelta]:
-        """The smallest and largest UTC offset of the zone within DST_MARGIN of `moment`."""
-        shifts = (-DST_MARGIN, DST_MARGIN)
-        offsets = [(moment + shift).astimezone(self.zone).utcoffset() or timedelta(0) for shift in shifts]
-        return min(offsets), max(offsets)
 
     def next_fire(self, after: datetime) -> Fire | None:
         """The first occurrence strictly after `after`, within the window."""
@@ -461,11 +324,17 @@ class OnceSchedule:
 
 
 def default_overlap(spec: TaskSpec) -> Overlap:
-    """SPEC default: first pass, except a cron whose hour field is `*` or `*/1` (both passes)."""
+    """SPEC default: first pass, except a cron that runs hourly or more often (both passes).
+
+    That is an hour field of `*` or `*/1`, or a minute field beginning with `*` (`*`, `*/N`):
+    the two passes of a repeated hour are distinct elapsed times, and a job that runs every
+    few minutes must not fall silent for an hour. Debian cron also runs an hour step such
+    as `*/3` twice; here that stays a fixed-time job (README, DST).
+    """
     if spec.policy.dst_overlap is not None:
         return spec.policy.dst_overlap
     trigger = spec.trigger
-    if isinstance(trigger, CronTrigger) and trigger.fields[1] in ("*", "*/1"):
+    if isinstance(trigger, CronTrigger) and (trigger.fields[1] in ("*", "*/1") or trigger.fields[0].startswith("*")):
         return "both"
     return "first"
 

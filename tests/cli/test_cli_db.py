@@ -156,9 +156,10 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
         assert wait_for(lambda: expr_in_db() == "45 3 * * 1-5"), "edit was not applied"
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        code = proc.wait(timeout=60)
         out.join()
         errors.join()
+    assert code == 0, errors.lines  # Ctrl-C is the normal way to stop a watch
     stderr, stdout = "\n".join(errors.lines), "\n".join(out.lines)
     assert "tasks.d/oops.toml:1: toml: syntax error" in stderr
     assert "Plan: 5 to create" in stdout and "1 to update" in stdout

@@ -3,7 +3,7 @@
 The oracle shares no code with reconciler.triggers: it parses the generated expression
 itself, walks UTC minutes, reads each minute's wall clock with zoneinfo and applies the
 SPEC's DST rules directly (gap → the first instant after the gap, overlap → first pass
-unless the hour field is `*`/`*/1`).
+unless the hour field is `*`/`*/1` or the minute field begins with `*`).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Oracle:
         self.month = expand(month, 1, 12)
         self.dow = expand(dow, 0, 6)
         self.dom_star, self.dow_star = dom == "*", dow == "*"
-        self.both_passes = hour in ("*", "*/1")
+        self.both_passes = hour in ("*", "*/1") or minute.startswith("*")
         self.zone = zone
 
     def matches(self, wall: datetime) -> bool:
