@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -71,9 +71,14 @@ def wait_registered(dsn: str, engines: Sequence[EngineProcess]) -> datetime:
     return datetime.now(UTC)
 
 
-def stop(engines: Sequence[EngineProcess]) -> list[tuple[int, str]]:
+def soon(moment: datetime, seconds: int) -> str:
+    """`moment + seconds`, rounded up to a whole second, as a TOML date-time (UTC)."""
+    return (moment.replace(microsecond=0) + timedelta(seconds=seconds + 1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stop(engines: Sequence[EngineProcess], timeout: float = 120) -> list[tuple[int, str]]:
     """SIGTERM each engine and wait: [(exit code, stderr)]."""
     for engine in engines:
         if engine.proc.poll() is None:
             engine.proc.send_signal(signal.SIGTERM)
-    return [(engine.proc.wait(timeout=120), engine.output()) for engine in engines]
+    return [(engine.proc.wait(timeout=timeout), engine.output()) for engine in engines]

@@ -71,15 +71,14 @@ def stop_embedded(home: Path) -> None:
 
 
 def servers_under(root: Path) -> list[psutil.Process]:
-    """Running postmasters whose data directory lies below `root`."""
-    prefix = str(root.resolve())
+    """Running postmasters whose data directory (`-D`) lies below `root`."""
+    root = root.resolve()
     found = []
     for proc in psutil.process_iter(["name", "cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if proc.info["name"] == "postgres" and "-D" in cmdline:
-            data = cmdline[cmdline.index("-D") + 1] if cmdline.index("-D") + 1 < len(cmdline) else ""
-            if data.startswith(prefix):
-                found.append(proc)
+        args = proc.info["cmdline"] or []
+        is_postmaster = proc.info["name"] == "postgres" and "-D" in args[:-1]
+        if is_postmaster and Path(args[args.index("-D") + 1]).is_relative_to(root):
+            found.append(proc)
     return found
 
 

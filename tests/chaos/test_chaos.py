@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 
 from reconciler.loader import load_dir
-from tests.engines import registered
+from tests.engines import EngineProcess, registered, start_engines, stop
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer
@@ -42,34 +41,26 @@ class Fleet:
     def __init__(self, dsn: str, logs: Path) -> None:
         self.dsn = dsn
         self.logs = logs
-        self.procs: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
+        self.procs: dict[int, EngineProcess] = {}
         self.killed: set[str] = set()
         self.generation = 0
 
     def start(self, slot: int) -> None:
         self.generation += 1
-        engine_id = f"chaos-{slot}-{self.generation}"
-        log = (self.logs / f"{engine_id}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler", "engine", "--engine-id", engine_id, "--max-sleep", "0.5",
-             "--lease-margin", "3", "--drain-seconds", "10", "--concurrency", "50"],
-            env={**os.environ, "RECONCILER_DSN": self.dsn},
-            stdout=subprocess.DEVNULL,
-            stderr=log,
+        [self.procs[slot]] = start_engines(
+            self.dsn, [f"chaos-{slot}-{self.generation}"], self.logs,
+            "--lease-margin", "3", "--drain-seconds", "10", "--concurrency", "50",
         )  # fmt: skip
-        self.procs[slot] = (engine_id, proc)
 
     def kill(self, slot: int) -> str:
-        engine_id, proc = self.procs[slot]
-        proc.kill()  # SIGKILL: no drain, no goodbye
-        proc.wait(timeout=30)
-        self.killed.add(engine_id)
-        return engine_id
+        engine = self.procs[slot]
+        engine.proc.kill()  # SIGKILL: no drain, no goodbye
+        engine.proc.wait(timeout=30)
+        self.killed.add(engine.engine_id)
+        return engine.engine_id
 
     def stop(self) -> list[int]:
-        for _, proc in self.procs.values():
-            proc.send_signal(signal.SIGTERM)
-        return [proc.wait(timeout=60) for _, proc in self.procs.values()]
+        return [code for code, _ in stop(list(self.procs.values()), timeout=60)]
 
 
 def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
-from tests.engines import start_engines, stop, wait_registered
+from tests.engines import soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, wait_until
 from tests.httpserver import serving
 
@@ -26,7 +26,7 @@ async def test_json_logs_parse_line_by_line_and_hold_no_secret(store: Store, dsn
         env = {"LOG_API_KEY": SECRET, "LOG_CLIENT_SECRET": CLIENT_SECRET}
         [engine] = start_engines(dsn, ["json-engine"], tmp_path, env=env, global_args=["--log-format", "json"])
         try:
-            due = (wait_registered(dsn, [engine]) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            due = soon(wait_registered(dsn, [engine]), 1)
             files = {
                 "header": f'headers = {{ X-Api-Key = {{ env = "LOG_API_KEY" }} }}\nurl = "{url}/ok"\n',
                 "oauth": (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -11,16 +11,9 @@ import psycopg
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
-from tests.engines import start_engines, stop, wait_registered
+from tests.engines import soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, wait_until
 from tests.httpserver import Recorder
-
-STAMP = "%Y-%m-%dT%H:%M:%SZ"
-
-
-def soon(moment: datetime, seconds: int) -> str:
-    """`moment + seconds`, rounded up to a whole second, as a TOML date-time."""
-    return (moment.replace(microsecond=0) + timedelta(seconds=seconds + 1)).strftime(STAMP)
 
 
 def statuses(dsn: str) -> Counter[str]:
