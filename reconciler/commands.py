@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -24,7 +25,7 @@ from reconciler.apply import ApplyOptions, apply_tasks, read_plan
 from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
 from reconciler.engine import Claimed, Engine, EngineConfig, Report, default_engine_id
-from reconciler.errors import UserError
+from reconciler.errors import DatabaseUnavailable, UserError
 from reconciler.loader import LoadResult, load_dir
 from reconciler.logs import setup_logging
 from reconciler.plan import Plan, is_drifted
@@ -381,6 +382,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def open_patiently(store: Store, stop: asyncio.Event) -> bool:
+    """Connect (and create the schema) with back-off until the database answers; False if stopped first.
+
+    An engine started during a database cut-over waits instead of exiting: under Kubernetes
+    an exit is a crash loop. /healthz answers 503 meanwhile.
+    """
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            await store.open()
+            await store.init_schema()
+            return True
+        except DatabaseUnavailable as exc:
+            log.warning("database unavailable (%s); retrying in %.1f s", exc, backoff)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=backoff)
+        backoff = min(backoff * 2, 10.0)
+    return False
+
+
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         engine_id=args.engine_id or default_engine_id(),
@@ -394,7 +415,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event, engine: Engine) -> None:
-    """Serve `engine` (and its metrics endpoint, if asked) until `stop` is set."""
+    """Serve `engine` (and its metrics endpoint, if asked) until `stop` is set; waits for the database first."""
     server = None
     if args.metrics_addr:
         from reconciler.metrics import serve_metrics
@@ -402,9 +423,14 @@ async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event
         server = await serve_metrics(args.metrics_addr, engine, store)
     fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency}
     log.info("engine %s started", engine.config.engine_id, extra={"fields": fields})
-    await engine.serve(stop)
-    if server is not None:
-        server.close()
+    try:
+        if await open_patiently(store, stop):
+            await engine.serve(stop)
+        else:
+            await engine.firer.close()
+    finally:
+        if server is not None:
+            server.close()
     log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
 
 
@@ -425,11 +451,15 @@ def cmd_engine(args: argparse.Namespace) -> int:
     setup_logging(args.log_format)
     config = engine_config(args)
 
-    async def work(store: Store) -> int:
-        await run_engine(store, args, stop_on_signals(), Engine(store, config))
+    async def run() -> int:
+        store = Store(resolve_dsn(args.dsn), max_size=engine_pool_size(args))
+        try:
+            await run_engine(store, args, stop_on_signals(), Engine(store, config))
+        finally:
+            await store.close()
         return EXIT_OK
 
-    return with_store(args, work, pool_size=engine_pool_size(args))
+    return asyncio.run(run())
 
 
 class RunPrinter:

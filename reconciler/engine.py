@@ -20,14 +20,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
-from pydantic import ValidationError
 
 from reconciler.clock import SYSTEM, Clock
+from reconciler.environment import storable
 from reconciler.errors import DatabaseUnavailable
 from reconciler.models import Policy, TaskSpec
 from reconciler.store import Conn, Store
 from reconciler.targets import Attempt, Firer, Outcome, lease_seconds
-from reconciler.triggers import Schedule, TriggerError, compile_schedule
+from reconciler.triggers import Schedule, compile_schedule
 
 log = logging.getLogger("reconciler.engine")
 
@@ -103,6 +103,12 @@ class EngineConfig:
     prune_batch: int = 500  # rows deleted per statement: short transactions, no long locks
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its first line, else its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def default_engine_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -116,6 +122,7 @@ class Claimed:
     scheduled_for: datetime
     kind: str
     spec: TaskSpec
+    deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
 
 
 @dataclass
@@ -163,7 +170,6 @@ class Engine:
         self.config = config
         self.firer = firer or Firer(concurrency=config.concurrency)
         self.clock = clock
-        self.semaphore = asyncio.Semaphore(config.concurrency)
         self.pending: list[_Pending] = []
         self._pending_event = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -208,19 +214,18 @@ class Engine:
                 task_id = row["id"]
                 try:
                     spec, schedule = self._compile(task_id, row["spec_hash"], row["spec_text"])
-                except (ValidationError, TriggerError, ValueError) as exc:
-                    reason = str(exc).splitlines()[0]
-                    inserts.append(
-                        (task_id, Decision(row["next_run_at"], "scheduled", "failed", f"invalid stored spec: {reason}"))
-                    )
+                    free = spec.policy.max_running_instances - held.get(task_id, 0)
+                    decisions = decide(due_occurrences(schedule, row["next_run_at"], now), now, spec.policy, free)
+                    following = schedule.next_fire_time(now)
+                except Exception as exc:  # one task's stored spec must not stop the claim of the others
+                    reason = f"invalid stored spec: {one_line(exc)}"
+                    inserts.append((task_id, Decision(row["next_run_at"], "scheduled", "failed", reason)))
                     advance[task_id] = None
                     continue
                 specs[task_id] = spec
-                free = spec.policy.max_running_instances - held.get(task_id, 0)
-                decisions = decide(due_occurrences(schedule, row["next_run_at"], now), now, spec.policy, free)
                 held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
                 inserts.extend((task_id, d) for d in decisions)
-                advance[task_id] = schedule.next_fire_time(now)
+                advance[task_id] = following
             report.runs.extend(await self._insert_runs(conn, inserts, specs, now, report))
             report.runs.extend(await self._start_manual(conn, queued, held, now, report))
             await self._take_leases(conn, report.runs, now)
@@ -272,8 +277,8 @@ class Engine:
             status, error = "running", None
             try:
                 spec, _ = self._compile(task_id, row["spec_hash"], row["spec_text"])
-            except (ValidationError, TriggerError, ValueError) as exc:
-                status, error = "failed", f"invalid stored spec: {str(exc).splitlines()[0]}"
+            except Exception as exc:  # as in the scheduled claim: this run fails, the others go on
+                status, error = "failed", f"invalid stored spec: {one_line(exc)}"
             else:
                 if held.get(task_id, 0) >= spec.policy.max_running_instances:
                     status = "skipped"
@@ -291,6 +296,10 @@ class Engine:
         if not runs:
             return
         margin = self.config.lease_margin
+        started = time.monotonic()
+        for run in runs:
+            # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
+            run.deadline = started + lease_seconds(run.spec, margin) - margin / 2
         await Store.execute(
             conn,
             "leases_insert",
@@ -305,16 +314,21 @@ class Engine:
     # ------------------------------------------------------------ fire
 
     async def execute(self, claimed: Claimed) -> Outcome:
-        """Fire one claimed run (bounded by --concurrency) and record its result."""
-        async with self.semaphore:
+        """Fire one claimed run and record its result; whatever goes wrong is this run's `failed` result."""
 
-            async def on_attempt(attempt: Attempt) -> None:
-                if attempt.attempt > 1 or claimed.spec.policy.retries:
-                    with contextlib.suppress(*DB_FAULTS):
-                        async with self.store.connection() as conn:
-                            await Store.execute(conn, "run_attempt", self._attempt_params(claimed, attempt))
+        async def on_attempt(attempt: Attempt) -> None:
+            if attempt.attempt > 1 or claimed.spec.policy.retries:
+                with contextlib.suppress(Exception):  # progress only; the final result is written anyway
+                    async with self.store.connection() as conn:
+                        await Store.execute(conn, "run_attempt", self._attempt_params(claimed, attempt))
 
-            outcome = await self.firer.fire(claimed.task_id, claimed.spec, claimed.scheduled_for, on_attempt)
+        try:
+            outcome = await self.firer.fire(
+                claimed.task_id, claimed.spec, claimed.scheduled_for, on_attempt, claimed.deadline
+            )
+        except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
+            log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__)
+            outcome = Outcome("failed", [Attempt(1, error=f"engine error while firing: {type(exc).__name__}")])
         params = {
             **self._attempt_params(claimed, outcome.last),
             "status": outcome.status,
@@ -350,9 +364,9 @@ class Engine:
             "attempt": attempt.attempt,
             "started_at": datetime.fromtimestamp(attempt.sent_at, UTC) if attempt.sent_at else None,
             "http_status": attempt.http_status,
-            "error": attempt.error,
+            "error": storable(attempt.error),
             "duration_ms": attempt.duration_ms,
-            "excerpt": attempt.excerpt,
+            "excerpt": storable(attempt.excerpt),
         }
 
     def _finish(self, params: dict[str, Any]) -> None:
@@ -369,7 +383,35 @@ class Engine:
         batch = list(self.pending)
         if not batch:
             return 0
-        rows = [item.params for item in batch]
+        try:
+            await self._write_results([item.params for item in batch])
+        except DB_FAULTS:
+            raise
+        except psycopg.Error as exc:
+            # One row the database refuses must not cost the others their results.
+            log.warning("writing %d result(s) together failed (%s); writing them one by one", len(batch), one_line(exc))
+            for item in batch:
+                await self._write_alone(item.params)
+        del self.pending[: len(batch)]
+        return len(self.pending)
+
+    async def _write_alone(self, params: dict[str, Any]) -> None:
+        """Write one result; if the database refuses it, write it without its excerpt and error text."""
+        try:
+            await self._write_results([params])
+            return
+        except DB_FAULTS:
+            raise
+        except psycopg.Error as exc:
+            reason = f"the run's result could not be stored ({type(exc).__name__}); excerpt and error text dropped"
+        try:
+            await self._write_results([{**params, "excerpt": None, "error": reason}])
+        except DB_FAULTS:
+            raise
+        except psycopg.Error as exc:
+            log.error("run %s: result could not be stored (%s); its lease will expire", params["run_id"], one_line(exc))
+
+    async def _write_results(self, rows: list[dict[str, Any]]) -> None:
         run_ids = [r["run_id"] for r in rows]
         async with self.store.transaction() as conn:
             await Store.execute(
@@ -388,8 +430,6 @@ class Engine:
                 },
             )
             await Store.execute(conn, "leases_release_many", {"run_ids": run_ids})
-        del self.pending[: len(batch)]
-        return len(self.pending)
 
     async def _flusher(self, stop: asyncio.Event) -> None:
         """Background writer of results for serve(): small batches, retried while the database is away."""
@@ -401,6 +441,9 @@ class Engine:
             try:
                 await self.flush_pending()
             except DB_FAULTS:
+                await asyncio.sleep(0.5)
+            except Exception as exc:  # a bug must not stop result writing for good
+                log.error("writing results failed: %s; retrying", one_line(exc))
                 await asyncio.sleep(0.5)
 
     async def run_once(self, now: datetime) -> Report:
@@ -432,6 +475,17 @@ class Engine:
         if deleted:
             log.info("pruned %d finished run(s) from the history", deleted, extra={"fields": {"pruned": deleted}})
         return deleted
+
+    async def prune_safely(self, now: datetime) -> None:
+        """prune_runs for serve(): history that cannot be pruned now is pruned later, firing goes on."""
+        try:
+            await self.prune_runs(now)
+        except DB_FAULTS:
+            raise
+        except Exception as exc:
+            log.warning(
+                "pruning the run history failed (%s); next try in %g s", one_line(exc), self.config.prune_seconds
+            )
 
     async def heartbeat(self, now: datetime) -> None:
         async with self.store.connection() as conn:
@@ -482,7 +536,7 @@ class Engine:
                     last_beat = time.monotonic()
                 if time.monotonic() - last_prune >= self.config.prune_seconds:
                     last_prune = time.monotonic()
-                    await self.prune_runs(now)
+                    await self.prune_safely(now)
                 if len(self.inflight) >= self.config.concurrency * 2:
                     await asyncio.wait(self.inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
                     continue
@@ -495,8 +549,11 @@ class Engine:
                 if report.claimed_tasks >= self.config.batch:
                     continue  # more is due right now
                 await self._wait(listener, await self.sleep_seconds(self.clock.now()), stop)
-            except DB_FAULTS as exc:
-                log.warning("database unavailable (%s); retrying in %.1f s", str(exc).splitlines()[0], backoff)
+            except Exception as exc:  # the database away, or a bug: log, back off, go on; never exit
+                if isinstance(exc, DB_FAULTS):
+                    log.warning("database unavailable (%s); retrying in %.1f s", one_line(exc), backoff)
+                else:
+                    log.error("claim failed (%s: %s); retrying in %.1f s", type(exc).__name__, one_line(exc), backoff)
                 await self.store.recover()
                 if listener is not None:
                     with contextlib.suppress(Exception):

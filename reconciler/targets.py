@@ -1,7 +1,9 @@
-"""HTTP firing: the request, retries with backoff, bearer/basic/OAuth2 auth and the token cache.
+"""HTTP firing on aiohttp: the request, retries with backoff, bearer/basic/OAuth2 auth and the token cache.
 
-Secrets are resolved from the environment at fire time and never logged, stored or
-put in an error message; only variable names are.
+Every attempt has one deadline (`timeout_seconds`: connect, send, headers and body), reads
+at most the stored excerpt of the response, and runs inside a concurrency slot that backoff
+waits do not hold. Secrets are resolved from the environment at fire time (see
+`environment`) and scrubbed from the excerpt and the error; only variable names appear.
 """
 
 from __future__ import annotations
@@ -9,41 +11,26 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import hashlib
-import itertools
+import json
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import aiohttp
 
 from reconciler.clock import utcnow
+from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets, storable
 from reconciler.models import BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, TaskSpec
 
 EXCERPT_BYTES = 1024
 TOKEN_REFRESH_MARGIN = 30.0
 MAX_RETRY_AFTER = 3600.0
-
-
-class MissingSecret(Exception):
-    """An `{ env = NAME }` value whose variable is not set."""
-
-    def __init__(self, name: str, key: str) -> None:
-        super().__init__(
-            f"environment variable {name} is not set (needed by {key}); set it in the engine's environment"
-        )
-
-
-def resolve(value: str | EnvRef, key: str, env: Mapping[str, str]) -> str:
-    """A literal, or the value of the named environment variable."""
-    if isinstance(value, str):
-        return value
-    found = env.get(value.env)
-    if found is None:
-        raise MissingSecret(value.env, key)
-    return found
+HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+TOKEN_BYTES = 64 * 1024  # a token response larger than this is not a token response
 
 
 @dataclass
@@ -57,16 +44,17 @@ class Attempt:
     excerpt: str | None = None
     retry_after: float | None = None
     sent_at: float = 0.0  # time.time() when the request left
+    transient: bool = False  # a failure that a retry may cure: connect error, cut-off response, 5xx, 429
 
     @property
     def ok(self) -> bool:
-        return self.http_status is not None and 200 <= self.http_status < 300
+        return self.http_status is not None and 200 <= self.http_status < 300 and self.error is None
 
     @property
     def retryable(self) -> bool:
-        if self.http_status is None:
-            return self.error is not None and self.error.startswith("connect")
-        return self.http_status >= 500 or self.http_status == 429
+        if self.http_status is not None and self.error == f"HTTP {self.http_status}":
+            return self.http_status >= 500 or self.http_status == 429
+        return self.transient
 
 
 @dataclass
@@ -81,64 +69,82 @@ class Outcome:
         return self.attempts[-1]
 
 
+class RequestProblem(Exception):
+    """The request cannot be built (a header value, a variable the task may not read); not retried."""
+
+
 @dataclass
 class _Token:
     value: str
     expires_at: float
 
 
+class TokenError(Exception):
+    """The OAuth2 token could not be obtained."""
+
+
 class TokenCache:
     """OAuth2 client-credentials tokens, one per (token_url, client, scope, audience), shared by all runs."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
+    def __init__(self, firer: Firer) -> None:
+        self.firer = firer
         self.tokens: dict[tuple[str, ...], _Token] = {}
         self.locks: dict[tuple[str, ...], asyncio.Lock] = {}
         self.requests = 0
 
-    async def get(self, auth: OAuth2ClientCredentials, env: Mapping[str, str], *, force: bool = False) -> str:
-        client_id = resolve(auth.client_id, "target.auth.client_id", env)
-        key = (auth.token_url, client_id, auth.scope or "", auth.audience or "")
+    @staticmethod
+    def _key(auth: OAuth2ClientCredentials, client_id: str) -> tuple[str, ...]:
+        return (auth.token_url, client_id, auth.scope or "", auth.audience or "")
+
+    async def get(self, auth: OAuth2ClientCredentials, secrets: RunSecrets, *, force: bool = False) -> str:
+        client_id = secrets.resolve(auth.client_id, "target.auth.client_id")
+        key = self._key(auth, client_id)
         lock = self.locks.setdefault(key, asyncio.Lock())
         stale = self.tokens.get(key)
         async with lock:
             token = self.tokens.get(key)
             # `force` refreshes only if nobody refreshed it while we waited for the lock.
-            if token and time.monotonic() < token.expires_at - TOKEN_REFRESH_MARGIN and not (force and token is stale):
-                return token.value
-            token = await self._request(auth, client_id, env)
-            self.tokens[key] = token
-            return token.value
+            fresh = token and time.monotonic() < token.expires_at - TOKEN_REFRESH_MARGIN
+            if not (token and fresh and not (force and token is stale)):
+                token = await self._request(auth, client_id, secrets)
+                self.tokens[key] = token
+        secrets.remember(token.value)
+        return token.value
 
-    async def _request(self, auth: OAuth2ClientCredentials, client_id: str, env: Mapping[str, str]) -> _Token:
-        secret = resolve(auth.client_secret, "target.auth.client_secret", env)
+    async def _request(self, auth: OAuth2ClientCredentials, client_id: str, secrets: RunSecrets) -> _Token:
+        secret = secrets.resolve(auth.client_secret, "target.auth.client_secret")
+        secrets.remember_basic(client_id, secret)
         form = {"grant_type": "client_credentials"}
         if auth.scope:
             form["scope"] = auth.scope
         if auth.audience:
             form["audience"] = auth.audience
         self.requests += 1
+        session = self.firer.session()
         try:
-            response = await self.client.post(auth.token_url, data=form, auth=httpx.BasicAuth(client_id, secret))
-        except httpx.HTTPError as exc:
+            headers = {"Authorization": aiohttp.encode_basic_auth(client_id, secret)}
+            async with session.post(auth.token_url, data=form, headers=headers) as response:
+                if response.status != 200:
+                    raise TokenError(f"token endpoint {auth.token_url} answered {response.status}")
+                body = await response.content.read(TOKEN_BYTES)
+        except aiohttp.ClientError as exc:
             raise TokenError(f"token request to {auth.token_url} failed: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise TokenError(f"token endpoint {auth.token_url} answered {response.status_code}")
         try:
-            body = response.json()
-            value = str(body["access_token"])
-            lifetime = float(body.get("expires_in", 3600))
-        except (ValueError, KeyError, TypeError):
+            parsed = json.loads(body)
+            value = str(parsed["access_token"])
+            lifetime = float(parsed.get("expires_in", 3600))
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise TokenError(f"token endpoint {auth.token_url} returned no access_token") from None
+        if not HEADER_VALUE.fullmatch(value) or not value:
+            raise TokenError(
+                f"token endpoint {auth.token_url} returned an access_token that cannot be sent in a header"
+            )
+        lifetime = lifetime if 0 < lifetime < 10 * 365 * 86400 else 3600.0  # NaN, negative, absurd: an hour
         return _Token(value, time.monotonic() + lifetime)
 
-    def invalidate(self, auth: OAuth2ClientCredentials, env: Mapping[str, str]) -> None:
-        client_id = resolve(auth.client_id, "target.auth.client_id", env)
-        self.tokens.pop((auth.token_url, client_id, auth.scope or "", auth.audience or ""), None)
-
-
-class TokenError(Exception):
-    """The OAuth2 token could not be obtained."""
+    def invalidate(self, auth: OAuth2ClientCredentials, secrets: RunSecrets) -> None:
+        client_id = secrets.resolve(auth.client_id, "target.auth.client_id")
+        self.tokens.pop(self._key(auth, client_id), None)
 
 
 def idempotency_key(task_id: str, scheduled_for: datetime) -> str:
@@ -155,7 +161,7 @@ def jitter_seconds(task_id: str, scheduled_for: datetime, jitter: int) -> float:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds (delta-seconds or an HTTP date)."""
+    """Retry-After as seconds (delta-seconds or an HTTP date), capped at MAX_RETRY_AFTER."""
     if not value:
         return None
     value = value.strip()
@@ -163,8 +169,10 @@ def parse_retry_after(value: str | None) -> float | None:
         return min(float(value), MAX_RETRY_AFTER)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
     return max(0.0, min((when - utcnow()).total_seconds(), MAX_RETRY_AFTER))
 
 
@@ -174,103 +182,188 @@ def backoff_delay(base: float, attempt: int, retry_after: float | None) -> float
     return max(delay, retry_after) if retry_after is not None else delay
 
 
+def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) -> str:
+    """A header value that an HTTP client can send (visible ASCII); the error never shows the value."""
+    resolved = secrets.resolve(value, key)
+    if not HEADER_VALUE.fullmatch(resolved):
+        origin = f" (from environment variable {value.env})" if isinstance(value, EnvRef) else ""
+        raise RequestProblem(
+            f"invalid header value for {name}{origin}: only visible ASCII, spaces and tabs can be sent"
+        )
+    return resolved
+
+
 OnAttempt = Callable[[Attempt], Awaitable[None]]
 
 
-CONNECTIONS_PER_CLIENT = 5
+def _classify(exc: BaseException, timeout: float) -> tuple[str, bool]:
+    """An exception raised while sending → (reason, transient)."""
+    if isinstance(exc, TimeoutError):
+        return f"timeout after {timeout:g} s (timeout_seconds: connect, send, headers and body)", False
+    if isinstance(exc, RequestProblem | EnvProblem | TokenError):
+        return str(exc), False
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        # Refused, DNS, TLS handshake: the request surely did not leave.
+        return f"connect error: {type(exc).__name__}", True
+    if isinstance(exc, aiohttp.ClientError):
+        # The request may have been delivered; retried like a 5xx, the reason recorded.
+        return f"response error: {type(exc).__name__} after the request was sent", True
+    return f"request error: {type(exc).__name__}", False
+
+
+async def read_excerpt(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most `limit` bytes of the body; whatever else the target sends is never read."""
+    chunks = bytearray()
+    while len(chunks) < limit:
+        chunk = await response.content.read(limit - len(chunks))
+        if not chunk:
+            break
+        chunks += chunk
+    return bytes(chunks)
+
+
+def compact_json(value: Any) -> str:
+    """JSON bodies as the SPEC's examples show them: no spaces after separators."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 class Firer:
-    """Sends task requests over many small AsyncClient pools.
+    """Sends task requests over one aiohttp session; `concurrency` attempts at a time."""
 
-    One client's pool slows down as connections × queued requests grow (httpcore PR #1035):
-    measured here, 4 clients at 200 in flight give 330 req/s, 20 clients of 5 give 2,100.
-    """
-
-    def __init__(self, concurrency: int = 20, env: Mapping[str, str] | None = None) -> None:
-        count = max(1, -(-concurrency // CONNECTIONS_PER_CLIENT))
-        limits = httpx.Limits(max_connections=CONNECTIONS_PER_CLIENT, max_keepalive_connections=CONNECTIONS_PER_CLIENT)
-        self.clients = [httpx.AsyncClient(limits=limits, follow_redirects=False) for _ in range(count)]
-        self._next = itertools.cycle(self.clients)
+    def __init__(
+        self, concurrency: int = 20, env: Mapping[str, str] | None = None, policy: EnvPolicy | None = None
+    ) -> None:
+        self.concurrency = concurrency
+        self.slots = asyncio.Semaphore(concurrency)
         self.env: Mapping[str, str] = env if env is not None else os.environ
-        self.tokens = TokenCache(self.clients[0])
+        self.policy = policy or EnvPolicy()
+        self.tokens = TokenCache(self)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        """The engine's one session, made on first use (inside the running loop)."""
+        if self._session is None or self._session.closed:
+            # A few connections more than attempts: token requests are made while holding a slot.
+            connector = aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=False, json_serialize=compact_json)
+        return self._session
 
     async def close(self) -> None:
-        for client in self.clients:
-            await client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
-    async def _headers(self, spec: TaskSpec, task_id: str, scheduled_for: datetime, attempt: int) -> dict[str, str]:
+    def secrets(self) -> RunSecrets:
+        """A fresh resolver for one run."""
+        return RunSecrets(self.env, self.policy)
+
+    async def _headers(
+        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, attempt: int, secrets: RunSecrets
+    ) -> dict[str, str]:
         target = spec.target
-        headers = {name: resolve(value, f"target.headers.{name}", self.env) for name, value in target.headers.items()}
+        headers = {
+            name: header_value(name, value, secrets, f"target.headers.{name}") for name, value in target.headers.items()
+        }
         headers["X-Reconciler-Task"] = task_id
         headers["X-Reconciler-Scheduled-For"] = scheduled_for.astimezone(UTC).isoformat()
         headers["X-Reconciler-Attempt"] = str(attempt)
         headers["Idempotency-Key"] = idempotency_key(task_id, scheduled_for)
         auth = target.auth
         if isinstance(auth, BearerAuth):
-            headers["Authorization"] = "Bearer " + resolve(auth.token, "target.auth.token", self.env)
+            token = header_value("Authorization", auth.token, secrets, "target.auth.token")
+            headers["Authorization"] = "Bearer " + token
         elif isinstance(auth, OAuth2ClientCredentials):
-            headers["Authorization"] = "Bearer " + await self.tokens.get(auth, self.env)
+            headers["Authorization"] = "Bearer " + await self.tokens.get(auth, secrets)
+        elif isinstance(auth, BasicAuth):
+            username = header_value("Authorization", auth.username, secrets, "target.auth.username")
+            password = header_value("Authorization", auth.password, secrets, "target.auth.password")
+            secrets.remember_basic(username, password)
+            headers["Authorization"] = aiohttp.encode_basic_auth(username, password)
         return headers
 
-    def _basic(self, spec: TaskSpec) -> httpx.BasicAuth | None:
-        auth = spec.target.auth
-        if isinstance(auth, BasicAuth):
-            return httpx.BasicAuth(
-                resolve(auth.username, "target.auth.username", self.env),
-                resolve(auth.password, "target.auth.password", self.env),
-            )
-        return None
-
-    async def _send(self, spec: TaskSpec, task_id: str, scheduled_for: datetime, number: int) -> Attempt:
+    def _request_args(self, spec: TaskSpec, secrets: RunSecrets) -> dict[str, Any]:
         target = spec.target
+        kwargs: dict[str, Any] = {"allow_redirects": False}
+        query = getattr(target, "query", None) or {}
+        if query:
+            kwargs["params"] = {name: secrets.resolve(value, f"target.query.{name}") for name, value in query.items()}
+        if target.json_body is not None:
+            kwargs["json"] = target.json_body
+        elif target.body is not None:
+            kwargs["data"] = target.body.encode()
+        return kwargs
+
+    async def _exchange(
+        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, attempt: Attempt, secrets: RunSecrets
+    ) -> None:
+        """Build, send and read one attempt (the caller bounds it with the deadline)."""
+        target = spec.target
+        kwargs = self._request_args(spec, secrets)
+        session = self.session()
+        for refresh in (False, True):
+            headers = await self._headers(spec, task_id, scheduled_for, attempt.attempt, secrets)
+            attempt.sent_at = time.time()
+            async with session.request(target.method, target.url, headers=headers, **kwargs) as response:
+                is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
+                if response.status == 401 and is_oauth and not refresh:
+                    # One refresh-and-retry: the cached token may have been revoked early.
+                    assert isinstance(target.auth, OAuth2ClientCredentials)
+                    await self.tokens.get(target.auth, secrets, force=True)
+                    continue
+                attempt.http_status = response.status
+                attempt.retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                # Read past the excerpt by the longest secret, so one cut at the end is still scrubbed.
+                raw = await read_excerpt(response, EXCERPT_BYTES + secrets.longest)
+                if not response.content.at_eof():
+                    response.close()  # do not drain an endless body: drop the connection
+                text = secrets.scrub(raw.decode("utf-8", "replace")) or ""
+                attempt.excerpt = storable(text.encode()[:EXCERPT_BYTES].decode("utf-8", "ignore"))
+                if not attempt.ok:
+                    attempt.error = f"HTTP {response.status}"
+                return
+
+    async def _send(self, spec: TaskSpec, task_id: str, scheduled_for: datetime, number: int, budget: float) -> Attempt:
         attempt = Attempt(number)
+        secrets = self.secrets()
+        timeout = min(float(spec.target.timeout_seconds), budget)
         started = time.perf_counter()
         try:
-            headers = await self._headers(spec, task_id, scheduled_for, number)
-            kwargs: dict[str, Any] = {"headers": headers, "timeout": target.timeout_seconds}
-            basic = self._basic(spec)
-            if basic is not None:
-                kwargs["auth"] = basic
-            if target.json_body is not None:
-                kwargs["json"] = target.json_body
-            elif target.body is not None:
-                kwargs["content"] = target.body.encode()
-            client = next(self._next)
-            attempt.sent_at = time.time()
-            response = await client.request(target.method, target.url, **kwargs)
-            if response.status_code == 401 and isinstance(target.auth, OAuth2ClientCredentials):
-                # One refresh-and-retry: the cached token may have been revoked early.
-                await self.tokens.get(target.auth, self.env, force=True)
-                kwargs["headers"] = await self._headers(spec, task_id, scheduled_for, number)
-                response = await client.request(target.method, target.url, **kwargs)
-            attempt.http_status = response.status_code
-            attempt.excerpt = response.content[:EXCERPT_BYTES].decode("utf-8", "replace")
-            attempt.retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            if not attempt.ok:
-                attempt.error = f"HTTP {response.status_code}"
-        except (MissingSecret, TokenError) as exc:
-            attempt.error = str(exc)
-        except httpx.TimeoutException:
-            attempt.error = f"timeout after {target.timeout_seconds:g} s"
-        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
-            attempt.error = f"connect error: {type(exc).__name__}"
-        except httpx.HTTPError as exc:
-            attempt.error = f"request error: {type(exc).__name__}"
+            async with asyncio.timeout(timeout):
+                await self._exchange(spec, task_id, scheduled_for, attempt, secrets)
+        except Exception as exc:  # every failure of one attempt is that attempt's result
+            reason, attempt.transient = _classify(exc, timeout)
+            if timeout < spec.target.timeout_seconds and isinstance(exc, TimeoutError):
+                reason += "; cut short to end before the run's lease"
+            attempt.error = reason
+            attempt.http_status = attempt.http_status if isinstance(exc, TimeoutError) else None
+        attempt.error = storable(secrets.scrub(attempt.error))
         attempt.duration_ms = round((time.perf_counter() - started) * 1000)
         return attempt
 
     async def fire(
-        self, task_id: str, spec: TaskSpec, scheduled_for: datetime, on_attempt: OnAttempt | None = None
+        self,
+        task_id: str,
+        spec: TaskSpec,
+        scheduled_for: datetime,
+        on_attempt: OnAttempt | None = None,
+        deadline: float | None = None,
     ) -> Outcome:
-        """Send the request; retry on connect errors, 5xx and 429 as the policy says."""
+        """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
+
+        `deadline` (time.monotonic()) is when the run's lease ends: no attempt runs past it and
+        no backoff wait that would cross it is started; the run fails with the reason instead.
+        """
         delay = jitter_seconds(task_id, scheduled_for, spec.policy.jitter_seconds)
         if delay:
             await self.sleep(delay)
         outcome = Outcome("failed")
         for number in range(1, spec.policy.retries + 2):
-            attempt = await self._send(spec, task_id, scheduled_for, number)
+            async with self.slots:
+                budget = float("inf") if deadline is None else deadline - time.monotonic()
+                if budget > 0:
+                    attempt = await self._send(spec, task_id, scheduled_for, number, budget)
+                else:
+                    attempt = Attempt(number, error="not sent: the run's lease ended while it waited for a free slot")
             outcome.attempts.append(attempt)
             if on_attempt is not None:
                 await on_attempt(attempt)
@@ -279,7 +372,11 @@ class Firer:
                 break
             if not attempt.retryable or number > spec.policy.retries:
                 break
-            await self.sleep(backoff_delay(spec.policy.retry_backoff_seconds, number, attempt.retry_after))
+            wait = backoff_delay(spec.policy.retry_backoff_seconds, number, attempt.retry_after)
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                attempt.error = f"{attempt.error}; not retried: waiting {wait:g} s would outlive the run's lease"
+                break
+            await self.sleep(wait)
         return outcome
 
 

@@ -54,9 +54,12 @@ def start_engines(dsn: str, ids: Sequence[str], logs: Path, *extra: str, env: di
 
 
 def registered(dsn: str) -> set[str]:
-    """Engine ids with a row in scheduler.engines."""
+    """Engine ids with a row in scheduler.engines (none while the schema is not there yet)."""
     with psycopg.connect(dsn) as conn:
-        return {row[0] for row in conn.execute("SELECT engine_id FROM scheduler.engines")}
+        try:
+            return {row[0] for row in conn.execute("SELECT engine_id FROM scheduler.engines")}
+        except psycopg.errors.UndefinedTable:
+            return set()
 
 
 def wait_registered(dsn: str, engines: Sequence[EngineProcess]) -> datetime:

@@ -190,9 +190,9 @@ DELETE FROM scheduler.runs WHERE id IN (
             SELECT id FROM scheduler.runs
              WHERE task_id = t.id AND status NOT IN ('queued', 'running')
              ORDER BY id DESC
-            OFFSET (t.spec -> 'policy' ->> 'keep_runs')::int
+            OFFSET LEAST((t.spec -> 'policy' ->> 'keep_runs')::numeric, 1000000000)::bigint
              LIMIT %(batch)s) old
-     WHERE t.spec -> 'policy' ? 'keep_runs'
+     WHERE jsonb_typeof(t.spec -> 'policy' -> 'keep_runs') = 'number'
      LIMIT %(batch)s);
 
 -- name: runs_prune_age

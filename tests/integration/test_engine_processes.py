@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +16,7 @@ from reconciler.store import Store
 from tests.engines import soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, wait_until
 from tests.httpserver import Recorder
+from tests.pgcontrol import PrivateServer
 
 
 def statuses(dsn: str) -> Counter[str]:
@@ -105,3 +108,31 @@ async def test_sigterm_drains_the_run_in_flight_then_exits_0(
         leases = conn.execute("SELECT run_id FROM scheduler.run_leases").fetchall()
     assert run == [("succeeded", 200)]  # drained and recorded, not lost
     assert engines == [] and leases == []  # said goodbye, freed its slot
+
+
+def test_an_engine_started_while_the_database_is_down_waits_and_then_fires(
+    http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    server = PrivateServer(tmp_path / "pg")
+    server.stop()
+    try:
+        [engine] = start_engines(server.dsn, ["patient"], tmp_path)
+        assert wait_until(lambda: "database unavailable" in engine.output(), 60), engine.output()
+        assert wait_until(lambda: engine.output().count("database unavailable") >= 2, 60)
+        assert engine.proc.poll() is None  # still there, retrying: no crash loop
+        server.start()
+        due = soon(wait_registered(server.dsn, [engine]), 1)
+        (tmp_path / "tasks.d").mkdir()
+        (tmp_path / "tasks.d" / "late.toml").write_text(
+            f'[trigger]\nkind = "once"\nat = {due}\n[target]\nurl = "{url}/late"\n'
+        )
+        cli = [sys.executable, "-m", "reconciler", "--dsn", server.dsn, "--tasks-dir", str(tmp_path / "tasks.d")]
+        subprocess.run([*cli, "apply"], check=True, capture_output=True, timeout=120)
+        assert wait_until(lambda: finished_runs(server.dsn) >= 1, 60)
+        [(code, output)] = stop([engine])
+        assert code == 0, output[-2000:]
+        assert len(rec.paths("/late")) == 1
+    finally:
+        if server.running():
+            server.stop()
