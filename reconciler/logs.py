@@ -45,8 +45,6 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     ours.setLevel(level)
     ours.propagate = True
     logging.captureWarnings(True)
-    # httpx logs every request line at INFO (with URLs); keep it quiet.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def error_line(message: str, fmt: str) -> str:
