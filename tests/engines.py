@@ -53,6 +53,19 @@ def start_engines(dsn: str, ids: Sequence[str], logs: Path, *extra: str, env: di
     return started
 
 
+def run_cli(dsn: str, *args: str) -> str:
+    """`reconciler ARGS` in a subprocess against `dsn`; asserts exit 0, returns stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler", *args],
+        env={**os.environ, "RECONCILER_DSN": dsn},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def registered(dsn: str) -> set[str]:
     """Engine ids with a row in scheduler.engines (none while the schema is not there yet)."""
     with psycopg.connect(dsn) as conn:

@@ -7,9 +7,13 @@ import inspect
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import IO, Any
 
+import psycopg
+
+from reconciler.loader import load_dir
 from reconciler.models import TaskSpec
 from reconciler.triggers import Schedule, compile_schedule, upcoming
 
@@ -35,11 +39,31 @@ def fires_iso(zone: str, trigger: dict[str, Any], after: str, count: int, **poli
 
 def finished_runs(dsn: str) -> int:
     """How many run rows have a final status (not queued, not running)."""
-    import psycopg
-
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM scheduler.runs WHERE status NOT IN ('queued', 'running')").fetchone()
     return int(row[0]) if row else 0
+
+
+def settled(dsn: str, expected: int) -> bool:
+    """Every occurrence has a run row, none is still queued or running, and no lease is held."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*),"
+            " (SELECT count(*) FROM scheduler.run_leases) FROM scheduler.runs"
+        ).fetchone()
+    assert row is not None
+    return bool(row[0] == 0 and row[1] >= expected and row[2] == 0)
+
+
+def expected_occurrences(root: Path, start: datetime, end: datetime) -> set[tuple[str, datetime]]:
+    """(task id, occurrence) of every task file under `root` in [start, end)."""
+    found = set()
+    for task in load_dir(root, "tasks.d").tasks:
+        moment = task.schedule.next_fire_time(start - timedelta(seconds=1))
+        while moment is not None and moment < end:
+            found.add((task.id, moment))
+            moment = task.schedule.next_fire_time(moment)
+    return found
 
 
 def wait_until(check: Callable[[], object], seconds: float, step: float = 0.1) -> bool:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -18,9 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler.loader import load_dir
-from tests.engines import EngineProcess, registered, start_engines, stop
-from tests.helpers import wait_until
+from tests.engines import EngineProcess, registered, run_cli, start_engines, stop
+from tests.helpers import expected_occurrences, settled, wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer
 
@@ -76,38 +73,6 @@ def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:
         )
 
 
-def reconciler(dsn: str, *args: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "reconciler", *args],
-        env={**os.environ, "RECONCILER_DSN": dsn},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-
-
-def expected_occurrences(root: Path, start: datetime, end: datetime) -> set[tuple[str, datetime]]:
-    found = set()
-    for task in load_dir(root, "tasks.d").tasks:
-        moment = task.schedule.next_fire_time(start - timedelta(seconds=1))
-        while moment is not None and moment < end:
-            found.add((task.id, moment))
-            moment = task.schedule.next_fire_time(moment)
-    return found
-
-
-def settled(dsn: str, expected: int) -> bool:
-    """Every occurrence has a run row, none is still queued or running, and no lease is held."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*),"
-            " (SELECT count(*) FROM scheduler.run_leases) FROM scheduler.runs"
-        ).fetchone()
-    assert row is not None
-    return row[0] == 0 and row[1] >= expected and row[2] == 0
-
-
 def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
@@ -120,7 +85,7 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     for index in range(0, TASKS, 10):  # each flaky path fails its first request only
         rec.script(f"/flaky/{index}", statuses=[503, 200])
         rec.script(f"/slow/{index + 5}", delay=1.5)
-    reconciler(dsn, "db", "init")
+    run_cli(dsn, "db", "init")
     fleet = Fleet(dsn, tmp_path)
     kills: list[tuple[float, str]] = []
     restarted_db = False
@@ -132,7 +97,7 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
         end = start + timedelta(seconds=SCHEDULE_SECONDS)
         write_tasks(root, url, start, end)
-        reconciler(dsn, "--tasks-dir", str(root), "apply")
+        run_cli(dsn, "--tasks-dir", str(root), "apply")
         expected = expected_occurrences(root, start, end)
         assert len(expected) == TASKS * SCHEDULE_SECONDS // EVERY
         wait_until(lambda: datetime.now(UTC) >= start, 60, step=0.05)

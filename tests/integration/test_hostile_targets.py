@@ -175,7 +175,7 @@ async def test_bad_stored_specs_fail_their_own_runs_and_retention_survives(
     store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
     good, rec = http
-    files = {"port": cron(f"{good}/p"), "header": cron(f"{good}/h"), "huge": cron(f"{good}/k"), "ok": cron(f"{good}/ok")}
+    files = {name: cron(f"{good}/{name}") for name in ("port", "header", "huge", "ok")}
     await setup(store, tmp_path, files)
     # Specs written by an older version that the current validation would reject.
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -198,7 +198,7 @@ async def test_bad_stored_specs_fail_their_own_runs_and_retention_survives(
     found = results(dsn)
     assert found["ok"]["status"] == "succeeded" and len(rec.paths("/ok")) == 1
     assert [found[t]["status"] for t in ("port", "header", "huge")] == ["failed"] * 3
-    assert rec.paths("/p") == rec.paths("/h") == rec.paths("/k") == []
+    assert rec.paths("/port") == rec.paths("/header") == rec.paths("/huge") == []
 
 
 async def test_a_result_the_database_refuses_does_not_cost_the_batch(
