@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from reconciler import __version__, commands
 from reconciler.errors import UserError
 from reconciler.logs import error_line
+from reconciler.models import HOST_PORT, host_problem
 
 Handler = Callable[[argparse.Namespace], int]
+Number = TypeVar("Number", int, float)
 
 
 def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -29,28 +33,65 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument("--log-format", choices=["text", "json"], default=default("text"))
 
 
-def positive(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+def bounded(kind: Callable[[str], Number], low: Number, high: Number, above: bool = False) -> Callable[[str], Number]:
+    """An argparse type: a finite `kind` in [low, high] (in (low, high] when `above`)."""
+    noun = "an integer" if kind is int else "a number"
+    limits = f"{'greater than' if above else 'at least'} {low} and at most {high}"
+
+    def parse(text: str) -> Number:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not math.isfinite(value) or value < low or value > high or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {limits}")
+        return value
+
+    return parse
+
+
+def host_port(text: str) -> str:
+    """An argparse type: HOST:PORT with a port 0-65535; an IPv6 host goes in brackets."""
+    match = HOST_PORT.fullmatch(text)
+    if not match or not 0 < len(match.group(2) or "") <= 5 or int(match.group(2)) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port from 0 to 65535")
+    host = match.group(1)
+    problem = host_problem(host) if host else None
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    # Brackets dropped: metrics.serve_metrics splits at the last colon and binds the bare address.
+    return f"{host.strip('[]')}:{int(match.group(2))}"
+
+
+# Option bounds (README, "Input bounds"): generous, but each value stays one the process can act on.
+COUNT = bounded(int, 1, 10_000)  # --count, --concurrency, --batch
+LIMIT = bounded(int, 1, 100_000)
+MAX_DELETES = bounded(int, 0, 1_000_000)
+DEBOUNCE_MS = bounded(int, 0, 600_000)
+KEEP_DAYS = bounded(float, 0.0, 36_500.0, above=True)
+SECONDS = bounded(float, 0.0, 86_400.0)  # --drain-seconds, --lease-margin
+MAX_SLEEP = bounded(float, 0.0, 3600.0)
 
 
 def _engine_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--concurrency", type=positive, default=100, help="requests in flight in this process")
-    parser.add_argument("--metrics-addr", help="HOST:PORT for /metrics, /healthz and /readyz")
+    parser.add_argument("--concurrency", type=COUNT, default=100, help="requests in flight in this process")
+    parser.add_argument("--metrics-addr", type=host_port, help="HOST:PORT for /metrics, /healthz and /readyz")
     parser.add_argument("--engine-id", help="name in scheduler.engines and run rows (default host-pid)")
-    parser.add_argument("--batch", type=positive, default=100, help="due tasks claimed per transaction")
-    parser.add_argument("--max-sleep", type=float, default=30.0, help="longest sleep between claims (s)")
-    parser.add_argument("--drain-seconds", type=float, default=30.0, help="wait for in-flight runs on SIGTERM")
-    parser.add_argument("--keep-runs-days", type=float, help="delete finished runs older than this (default: keep)")
+    parser.add_argument("--batch", type=COUNT, default=100, help="due tasks claimed per transaction")
+    parser.add_argument("--max-sleep", type=MAX_SLEEP, default=30.0, help="longest sleep between claims (s)")
+    parser.add_argument("--drain-seconds", type=SECONDS, default=30.0, help="wait for in-flight runs on SIGTERM")
+    parser.add_argument("--keep-runs-days", type=KEEP_DAYS, help="delete finished runs older than this (default: keep)")
     parser.add_argument(
-        "--lease-margin", type=float, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
+        "--lease-margin", type=SECONDS, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
     )
+    _allow_env(
+        parser,
+        "environment variables tasks may read (glob, repeatable; default: all but RECONCILER_*, DATABASE_URL, PG*)",
+    )
+
+
+def _allow_env(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--allow-env", action="append", default=[], metavar="PATTERN", help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,10 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     def fmt(child: argparse.ArgumentParser, *choices: str) -> None:
         child.add_argument("--format", choices=["text", *choices], default="text")
 
-    add("validate", commands.cmd_validate, "parse and check every task file (no database)")
+    validate = add("validate", commands.cmd_validate, "parse and check every task file (no database)")
+    validate.add_argument(
+        "--env-policy", action="store_true", help="also check that every { env = NAME } is one engines let tasks read"
+    )
+    _allow_env(validate, "with --env-policy: the engines' --allow-env globs (default: all but the engines' own)")
     nxt = add("next", commands.cmd_next, "next fire times per task (no database)")
     nxt.add_argument("ids", nargs="*", metavar="ID")
-    nxt.add_argument("--count", type=int, default=5)
+    nxt.add_argument("--count", type=COUNT, default=5)
     nxt.add_argument("--after", help="ISO date-time to count from (default now; no offset = UTC)")
     fmt(nxt, "json")
 
@@ -85,11 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("planfile", nargs="?", metavar="PLANFILE")
     apply.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
     apply.add_argument("--allow-empty", action="store_true", help="allow deleting every task of this source")
-    apply.add_argument("--max-deletes", type=int, help="refuse to delete more (default 25%% of this source's tasks)")
+    apply.add_argument(
+        "--max-deletes", type=MAX_DELETES, help="refuse to delete more (default 25%% of this source's tasks)"
+    )
 
     watch = add("watch", commands.cmd_watch, "apply whenever the task files change")
     watch.add_argument("--no-prune", action="store_true")
-    watch.add_argument("--debounce-ms", type=int, default=300)
+    watch.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
 
     status = add("status", commands.cmd_status, "tasks, next runs, last run status, drift, live engines")
     fmt(status, "json")
@@ -101,11 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     up = add("up", commands.cmd_up, "local one-process mode: embedded database, apply, watch and engine")
     _engine_options(up)
     up.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
-    up.add_argument("--debounce-ms", type=int, default=300)
+    up.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
 
     runs = add("runs", commands.cmd_runs, "run history")
     runs.add_argument("id", nargs="?", metavar="ID")
-    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--limit", type=LIMIT, default=50)
     runs.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "missed", "skipped", "lost"])
     fmt(runs, "json")
 
@@ -116,8 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("id", metavar="ID")
     explain.add_argument("--at", help="ISO date-time to explain (default now; no offset = UTC)")
 
-    db = add("db", commands.cmd_db_init, "database maintenance")
-    db.add_argument("action", choices=["init"], help="create or upgrade the schema")
+    db = add("db", commands.cmd_db, "database maintenance")
+    db.add_argument(
+        "action", choices=["init", "grants"], help="init: create or upgrade the schema; grants: print GRANTs"
+    )
+    for role in ("planner", "applier", "engine"):
+        db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
     return parser
 
 

@@ -25,9 +25,12 @@ from reconciler.apply import ApplyOptions, apply_tasks, read_plan
 from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
 from reconciler.engine import Claimed, Engine, EngineConfig, Report, default_engine_id
+from reconciler.environment import EnvPolicy, globs, policy_errors
 from reconciler.errors import DatabaseUnavailable, UserError
+from reconciler.grants import grants_sql
 from reconciler.loader import LoadResult, load_dir
 from reconciler.logs import setup_logging
+from reconciler.models import year_problem
 from reconciler.plan import Plan, is_drifted
 from reconciler.store import Store
 from reconciler.targets import Outcome
@@ -55,11 +58,14 @@ def load_or_report(args: argparse.Namespace) -> LoadResult | None:
 
 
 def parse_instant(text: str, option: str) -> datetime:
-    """An ISO date-time; without an offset it is UTC."""
+    """An ISO date-time within the years a task file may name; without an offset it is UTC."""
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise UserError(f"{option}: {text!r} is not an ISO date-time; write e.g. 2026-12-03T00:00:00Z") from None
+    problem = year_problem(value)
+    if problem:
+        raise UserError(f"{option}: {problem}")
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
@@ -67,6 +73,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     result = load_or_report(args)
     if result is None:
         return EXIT_ERROR
+    if args.env_policy:
+        problems = policy_errors(result.tasks, EnvPolicy(globs(args.allow_env)))
+        for problem in problems:
+            err(str(problem))
+        if problems:
+            err(f"{len(problems)} error(s) in {args.tasks_dir}: variables the engines will not let tasks read")
+            return EXIT_ERROR
     print(f"{len(result.tasks)} task file(s) in {args.tasks_dir} are valid")
     return EXIT_OK
 
@@ -97,7 +110,15 @@ def with_store(args: argparse.Namespace, work: Callable[[Store], Awaitable[T]], 
     return asyncio.run(run())
 
 
-def cmd_db_init(args: argparse.Namespace) -> int:
+def cmd_db(args: argparse.Namespace) -> int:
+    """`db init` creates or upgrades the schema; `db grants` prints what each role needs (no database)."""
+    if args.action == "grants":
+        roles = (args.role_planner, args.role_applier, args.role_engine)
+        if not any(roles):
+            raise UserError("db grants: name at least one of --role-planner, --role-applier, --role-engine")
+        print(grants_sql(*roles), end="")
+        return EXIT_OK
+
     async def work(store: Store) -> int:
         return await store.init_schema()
 
@@ -411,6 +432,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         drain_seconds=args.drain_seconds,
         keep_runs_days=args.keep_runs_days,
         lease_margin=args.lease_margin,
+        allow_env=globs(args.allow_env),
     )
 
 

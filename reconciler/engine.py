@@ -22,7 +22,7 @@ from typing import Any, Literal
 import psycopg
 
 from reconciler.clock import SYSTEM, Clock
-from reconciler.environment import storable
+from reconciler.environment import EnvPolicy, storable
 from reconciler.errors import DatabaseUnavailable
 from reconciler.models import Policy, TaskSpec
 from reconciler.store import Conn, Store
@@ -101,6 +101,7 @@ class EngineConfig:
     keep_runs_days: float | None = None  # global retention of finished runs; policy.keep_runs caps per task
     prune_seconds: float = 60.0  # how often serve() prunes run history
     prune_batch: int = 500  # rows deleted per statement: short transactions, no long locks
+    allow_env: tuple[str, ...] = ()  # globs of variables tasks may read; empty: all but the engine's own
 
 
 def one_line(exc: BaseException) -> str:
@@ -168,7 +169,7 @@ class Engine:
     def __init__(self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = SYSTEM) -> None:
         self.store = store
         self.config = config
-        self.firer = firer or Firer(concurrency=config.concurrency)
+        self.firer = firer or Firer(concurrency=config.concurrency, policy=EnvPolicy(config.allow_env))
         self.clock = clock
         self.pending: list[_Pending] = []
         self._pending_event = asyncio.Event()
@@ -597,7 +598,7 @@ class Engine:
             await asyncio.wait_for(flusher, timeout=self.config.drain_seconds)
         except TimeoutError:
             log.warning("%d result(s) could not be written before exit; their leases will expire", len(self.pending))
-        with contextlib.suppress(*DB_FAULTS):
+        with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
             async with self.store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})
         await self.firer.close()

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import quote, quote_plus
 
-from reconciler.models import EnvRef
+from reconciler.loader import FileError, Task
+from reconciler.models import EnvRef, TaskSpec
 
 # The engine's own settings: a task must not be able to send them to a URL of its choice.
 ENGINE_OWN_ENV = ("RECONCILER_*", "DATABASE_URL", "PG*")
@@ -41,7 +42,7 @@ class EnvPolicy:
     def describe(self) -> str:
         """The rule in words, for error messages."""
         if self.allow:
-            return f"engine --allow-env allows only {', '.join(self.allow)}"
+            return f"engine --allow-env lets tasks read only {', '.join(self.allow)}"
         return f"tasks may not read the engine's own settings ({', '.join(ENGINE_OWN_ENV)}); see engine --allow-env"
 
 
@@ -65,7 +66,7 @@ class RunSecrets:
         name = value.env
         if not self.policy.allows(name):
             raise EnvProblem(
-                f"{key} names environment variable {name}, which tasks may not read: {self.policy.describe()}"
+                f"{key} names environment variable {name}: {self.policy.describe()}"
             )
         found = self.env.get(name)
         if found is None:
@@ -107,3 +108,27 @@ def storable(text: str | None) -> str | None:
 def globs(patterns: Iterable[str]) -> tuple[str, ...]:
     """--allow-env values, split on commas too (`--allow-env 'APP_*,TENANT'`)."""
     return tuple(part.strip() for pattern in patterns for part in pattern.split(",") if part.strip())
+
+
+def env_references(spec: TaskSpec) -> list[tuple[str, str]]:
+    """(key path, variable name) of every `{ env = NAME }` in a task."""
+    target = spec.target
+    found = [(f"target.headers.{k}", v.env) for k, v in target.headers.items() if isinstance(v, EnvRef)]
+    found += [(f"target.query.{k}", v.env) for k, v in target.query.items() if isinstance(v, EnvRef)]
+    if target.auth is not None:
+        for name in type(target.auth).model_fields:
+            value = getattr(target.auth, name)
+            if isinstance(value, EnvRef):
+                found.append((f"target.auth.{name}", value.env))
+    return found
+
+
+def policy_errors(tasks: Iterable[Task], policy: EnvPolicy) -> list[FileError]:
+    """`validate --env-policy`: every variable a task names that the engine would not let it read."""
+    errors = []
+    for task in tasks:
+        for key, name in env_references(task.spec):
+            if not policy.allows(name):
+                message = f"environment variable {name} is not allowed: {policy.describe()}"
+                errors.append(FileError(task.path, task.line_of(*key.split(".")), key, message))
+    return errors

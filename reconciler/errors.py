@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class DatabaseUnavailable(UserError):
     """PostgreSQL cannot be reached or refused the connection."""
+
+
+class PermissionDenied(UserError):
+    """The database role lacks a privilege the command needs (see `reconciler db grants`)."""

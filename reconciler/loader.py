@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
+import os
 import re
+import stat
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +22,11 @@ from reconciler.models import TaskSpec, id_problem
 from reconciler.triggers import Schedule, TriggerError, compile_schedule
 
 TAG_NAMES = {"cron", "interval", "calendar", "once", "bearer", "basic", "oauth2_client_credentials"}
+MAX_FILE_BYTES = 1 << 20  # 1 MiB: a task file is a few hundred bytes; this bounds parse time and stored size
+MAX_DEPTH = 32  # nesting of tables and arrays: bounds every recursive step after the parse
+INT64 = 1 << 63  # TOML integers are 64-bit (tomllib reads any size)
+TOO_BIG = f"larger than {MAX_FILE_BYTES // 1024} KiB; a task file is one small TOML document"
+NUL_MESSAGE = "contains a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +39,14 @@ class FileError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.key}: {self.message}"
+        return f"{printable(self.path)}:{self.line}: {printable(self.key)}: {printable(self.message)}"
+
+
+def printable(text: str) -> str:
+    """`text` with control and other unprintable characters escaped, so an error stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 @dataclass(frozen=True)
@@ -124,10 +141,17 @@ def _clean_loc(loc: tuple[int | str, ...]) -> tuple[str, ...]:
         # Discriminated unions put the tag into the location: trigger.cron.expr → trigger.expr.
         if text in TAG_NAMES and out and out[-1] in ("trigger", "auth"):
             continue
+        if text == "[key]":  # a dict key's own error: the key path already ends with it
+            continue
         if text == "json_body":
             text = "json"
         out.append(text)
     return tuple(out)
+
+
+def key_path(loc: tuple[str, ...]) -> str:
+    """`target.headers.X-Api-Key`; an empty key shows as "", no key at all as (file)."""
+    return ".".join(part or '""' for part in loc) or "(file)"
 
 
 def _message(error: Any, spec_fields: dict[tuple[str, ...], list[str]], loc: tuple[str, ...]) -> str:
@@ -174,16 +198,86 @@ def task_id_for(tasks_dir: Path, path: Path) -> str:
     return path.relative_to(tasks_dir).with_suffix("").as_posix()
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A `*.toml` entry below the tasks directory; `problem` says why it cannot be read as a task file."""
+
+    path: Path
+    problem: str | None = None
+
+
+def _ignored(name: str) -> bool:
+    return name.startswith(("_", "."))
+
+
+def _link_problem(path: Path, root: Path) -> str | None:
+    """Why the symlink `path` cannot stand for a task file below `root` (resolved), or None."""
+    try:
+        real = path.resolve(strict=True)
+    except RuntimeError:  # Python 3.11 reports a loop this way, later versions as ELOOP
+        return "is a symlink loop; remove it"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symlink loop; remove it"
+        if exc.errno == errno.ENOENT:
+            return "is a broken symlink; remove it or fix its target"
+        return f"cannot follow symlink ({exc.strerror})"
+    if not real.is_relative_to(root):
+        return "is a symlink to a path outside the tasks directory; copy the file in instead"
+    if real.is_dir():
+        return "is a symlink to a directory, which is not followed; move or link the files themselves"
+    return None
+
+
+def scan(tasks_dir: Path) -> list[Entry]:
+    """Every `*.toml` entry below `tasks_dir`, sorted, each with its problem if any; `_`/`.` names are skipped.
+
+    Nothing is skipped silently: a directory named `*.toml`, a broken or looping symlink, a
+    symlink leading outside `tasks_dir`, a symlinked directory and an unreadable directory
+    are entries with a problem, so a plan refuses instead of pruning the tasks behind them.
+    """
+    root = tasks_dir.resolve()
+    entries: list[Entry] = []
+
+    def unlistable(exc: OSError) -> None:
+        entries.append(Entry(Path(exc.filename), f"cannot list directory ({exc.strerror})"))
+
+    # followlinks=False: a symlinked directory is reported, never walked, so no loop can recur.
+    for folder, dirs, files in os.walk(tasks_dir, onerror=unlistable, followlinks=False):
+        dirs[:] = [name for name in dirs if not _ignored(name)]
+        base = Path(folder)
+        for name in dirs:
+            path = base / name
+            if path.is_symlink():
+                entries.append(Entry(path, _link_problem(path, root) or "is a symlink to a directory"))
+            elif name.endswith(".toml"):
+                entries.append(Entry(path, "is a directory, not a task file; rename it (the files in it are loaded)"))
+        for name in files:
+            if name.endswith(".toml") and not _ignored(name):
+                path = base / name
+                entries.append(Entry(path, _link_problem(path, root) if path.is_symlink() else None))
+    return sorted(entries, key=lambda entry: entry.path)
+
+
 def discover(tasks_dir: Path) -> list[Path]:
-    """Task files below `tasks_dir`, sorted; names starting with `_` or `.` are skipped."""
-    found = []
-    for path in tasks_dir.rglob("*.toml"):
-        relative = path.relative_to(tasks_dir)
-        if any(part.startswith(("_", ".")) for part in relative.parts):
-            continue
-        if path.is_file():
-            found.append(path)
-    return sorted(found)
+    """Readable-looking task files below `tasks_dir`, sorted (`scan` also lists the entries that are not)."""
+    return [entry.path for entry in scan(tasks_dir) if entry.problem is None]
+
+
+def read_source(path: Path) -> str:
+    """A task file's text; raises OSError, or ValueError with the reason it cannot be a task file."""
+    # O_NONBLOCK: opening a FIFO named *.toml must not hang; fstat then refuses it.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file (a FIFO, socket or device); remove it")
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(TOO_BIG)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
 
 
 def load_text(task_id: str, display: str, source: str) -> tuple[Task | None, list[FileError]]:
@@ -191,8 +285,13 @@ def load_text(task_id: str, display: str, source: str) -> tuple[Task | None, lis
     problem = id_problem(task_id)
     if problem:
         return None, [FileError(display, 0, "id", f"{problem}; rename the file")]
+    if len(source) > MAX_FILE_BYTES:
+        return None, [FileError(display, 0, "(file)", TOO_BIG)]
     try:
         data = tomllib.loads(source)
+    except RecursionError:
+        line = _deep_line(source)
+        return None, [FileError(display, line, "toml", f"nested more than {MAX_DEPTH} levels deep; flatten it")]
     except tomllib.TOMLDecodeError as exc:
         text = str(exc)
         where = re.search(r"\(at line (\d+), column (\d+)\)", text)
@@ -202,7 +301,45 @@ def load_text(task_id: str, display: str, source: str) -> tuple[Task | None, lis
         reason = re.sub(r"\s*\(at .*\)$", "", text)
         col = f", column {where.group(2)}" if where else ""
         return None, [FileError(display, line, "toml", f"syntax error{col}: {reason}; fix the TOML syntax")]
+    except ValueError:  # int() refuses a literal of more than 4300 digits
+        where = re.search(r"\d{4300}", source)
+        line = source.count("\n", 0, where.start()) + 1 if where else 0
+        return None, [FileError(display, line, "toml", "integer out of range; TOML integers are 64-bit")]
     return validate_data(task_id, display, data, source)
+
+
+def _deep_line(source: str) -> int:
+    """The line where bracket nesting first exceeds MAX_DEPTH (strings not excluded: a hint for the error)."""
+    depth = 0
+    for index, char in enumerate(source):
+        depth += char in "[{"
+        depth -= char in "]}"
+        if depth > MAX_DEPTH:
+            return source.count("\n", 0, index) + 1
+    return 0
+
+
+def hostile_values(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
+    """(key path, message) for values no model may see: too deep, NUL, NaN/infinity, integers beyond 64 bits."""
+    if len(path) > MAX_DEPTH:
+        yield path, f"nested more than {MAX_DEPTH} levels deep; flatten it"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if "\0" in key:
+                yield (*path, key), "the key " + NUL_MESSAGE
+            else:
+                yield from hostile_values(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from hostile_values(item, (*path, str(index)))
+    elif isinstance(value, str):
+        if "\0" in value:
+            yield path, NUL_MESSAGE
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            yield path, f"{value} is not a finite number; write a number such as 1.5"
+    elif isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+        yield path, "integer out of range; TOML integers are 64-bit"
 
 
 def validate_data(
@@ -211,6 +348,13 @@ def validate_data(
     """Validate parsed TOML data (also used for specs read back from the database)."""
     if not data:
         return None, [FileError(display, 0, "(file)", "empty task file; add [trigger] and [target] tables")]
+    # Reported alone: the models never see such values, so each problem is one line.
+    hostile = [
+        FileError(display, locate(key_lines(source), loc), key_path(loc), message)
+        for loc, message in hostile_values(data)
+    ]
+    if hostile:
+        return None, hostile
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
@@ -218,8 +362,9 @@ def validate_data(
         errors = []
         for error in exc.errors():
             loc = _clean_loc(error["loc"])
-            key = ".".join(loc) if loc else "(file)"
-            errors.append(FileError(display, locate(key_lines(source), loc), key, _message(error, allowed, loc)))
+            errors.append(
+                FileError(display, locate(key_lines(source), loc), key_path(loc), _message(error, allowed, loc))
+            )
         return None, errors
     try:
         schedule = compile_schedule(spec)
@@ -236,12 +381,20 @@ def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
         return LoadResult([], [FileError(root, 0, "--tasks-dir", "directory not found; create it or pass --tasks-dir")])
     tasks: list[Task] = []
     errors: list[FileError] = []
-    for path in discover(tasks_dir):
-        display = f"{root.rstrip('/')}/{path.relative_to(tasks_dir).as_posix()}"
+    for entry in scan(tasks_dir):
+        path = entry.path
+        relative = path.relative_to(tasks_dir).as_posix()
+        display = root if relative == "." else f"{root.rstrip('/')}/{relative}"
+        if entry.problem is not None:
+            errors.append(FileError(display, 0, "(file)", entry.problem))
+            continue
         try:
-            source = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(FileError(display, 0, "(file)", f"cannot read file: {exc}"))
+            source = read_source(path)
+        except OSError as exc:
+            errors.append(FileError(display, 0, "(file)", f"cannot read file ({exc.strerror})"))
+            continue
+        except ValueError as exc:
+            errors.append(FileError(display, 0, "(file)", str(exc)))
             continue
         task, problems = load_text(task_id_for(tasks_dir, path), display, source)
         errors.extend(problems)

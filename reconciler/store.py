@@ -1,7 +1,8 @@
 """The only module that talks to PostgreSQL. Named queries live in sql/queries.sql.
 
 psycopg errors that mean "the database is not there" become DatabaseUnavailable here,
-at one boundary; everything else is a bug and propagates.
+at one boundary, and a missing privilege becomes PermissionDenied naming what to grant;
+everything else is a bug and propagates.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,7 +25,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler import schema
-from reconciler.errors import DatabaseUnavailable
+from reconciler.errors import DatabaseUnavailable, PermissionDenied
 
 QUERIES_FILE = Path(__file__).parent / "sql" / "queries.sql"
 # pg_advisory_xact_lock key shared by every apply (and schema upgrade): "reconc" in ASCII.
@@ -62,6 +63,49 @@ def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     reason = reason.replace(dsn, redact(dsn))
     return DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact(dsn)}): {reason}; check --dsn / RECONCILER_DSN")
+
+
+GRANTS_HINT = "grant it: see `reconciler db grants`"
+# The tables a statement touches, and how: INSERT INTO / UPDATE / DELETE FROM, else FROM / JOIN (SELECT).
+_TOUCHES = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM|FROM|JOIN)\s+(\w+)\.(\w+)", re.I)
+_DENIED_FOR = re.compile(r"permission denied for (table|schema|sequence) (\S+)")
+
+
+def needed_privileges(statement: str, table: str) -> tuple[str, list[str]]:
+    """How `statement` names `table` (schema-qualified) and the privileges it uses on it, in order."""
+    qualified, needs = table, []
+    for match in _TOUCHES.finditer(statement):
+        if match[3] == table:
+            qualified = f"{match[2]}.{table}"
+            verb = match[1].split()[0].upper()
+            needs.append({"FROM": "SELECT", "JOIN": "SELECT"}.get(verb, verb))
+    if "SELECT" in needs and re.search(r"\bFOR\s+UPDATE\b", statement, re.I):
+        needs.append("UPDATE")  # a row lock needs UPDATE on some column
+    return qualified, list(dict.fromkeys(needs))
+
+
+def _denied(exc: psycopg.errors.InsufficientPrivilege, user: str, query: str | None = None) -> PermissionDenied:
+    """One line: what PostgreSQL refused, the privilege the statement needs, and where the fix is."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
+    found = _DENIED_FOR.match(reason)
+    if found and found[1] == "table":
+        table, privileges = needed_privileges(QUERIES.get(query or "", ""), found[2])
+        needs = f"role {user!r} needs {', '.join(privileges) or 'a privilege'} on {table}"
+    elif found:
+        needs = f"role {user!r} needs USAGE on {found[1]} {found[2]}"
+    else:
+        needs = f"role {user!r} lacks a privilege"
+    where = f" (query {query})" if query else ""
+    return PermissionDenied(f"{reason}: {needs}{where}; {GRANTS_HINT}")
+
+
+@contextlib.contextmanager
+def _privileges(conn: Conn, query: str) -> Iterator[None]:
+    """Turn a refused named query into PermissionDenied naming what it needs."""
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise _denied(exc, conn.info.user, query) from None
 
 
 @dataclass(frozen=True)
@@ -144,7 +188,10 @@ class Store:
         """A pooled connection in autocommit mode; connection failures become DatabaseUnavailable."""
         try:
             async with self.pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise _denied(exc, conn.info.user) from None
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise _unavailable(self.dsn, exc) from None
 
@@ -158,38 +205,53 @@ class Store:
 
     @staticmethod
     async def fetch(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        cursor = await conn.execute(QUERIES[name], params or {})
-        return await cursor.fetchall() if cursor.description else []
+        with _privileges(conn, name):
+            cursor = await conn.execute(QUERIES[name], params or {})
+            return await cursor.fetchall() if cursor.description else []
 
     @staticmethod
     async def execute(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> int:
-        cursor = await conn.execute(QUERIES[name], params or {})
-        return cursor.rowcount
+        with _privileges(conn, name):
+            cursor = await conn.execute(QUERIES[name], params or {})
+            return cursor.rowcount
 
     @staticmethod
     async def execute_many(conn: Conn, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         if params:
-            async with conn.cursor() as cursor:
-                await cursor.executemany(QUERIES[name], params)
+            with _privileges(conn, name):
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(QUERIES[name], params)
 
     # ------------------------------------------------------------ schema
 
     async def init_schema(self) -> int:
-        """Create or upgrade the schema from schemata.toml; returns the number of statements run."""
+        """Create or upgrade the schema from schemata.toml; returns the number of statements run.
+
+        Reads the catalog first and writes only when something is missing, so a role without
+        CREATE works on a database its owner initialized.
+        """
         decl = schema.load_schemata()
         async with self.connection() as conn:
-            if not schema.statements(decl, await self._existing(conn, decl.schema)):
+            have = await self._existing(conn, decl.schema)
+            if not schema.statements(decl, have):
                 return 0
-            async with conn.transaction():
-                await self.execute(conn, "lock_key", {"key": APPLY_LOCK_KEY})
-                todo = schema.statements(decl, await self._existing(conn, decl.schema))
-                for statement in todo:
-                    await conn.execute(statement)
+            try:
+                async with conn.transaction():
+                    await self.execute(conn, "lock_key", {"key": APPLY_LOCK_KEY})
+                    todo = schema.statements(decl, await self._existing(conn, decl.schema))
+                    for statement in todo:
+                        await conn.execute(statement)
+            except psycopg.errors.InsufficientPrivilege:
+                state = "does not exist" if not have.schema else "is out of date"
+                raise PermissionDenied(
+                    f"schema {decl.schema} {state} and role {conn.info.user!r} may not "
+                    f"{'create' if not have.schema else 'upgrade'} it; run `reconciler db init` as the owner"
+                ) from None
         return len(todo)
 
     async def _existing(self, conn: Conn, name: str) -> schema.Existing:
         columns: dict[str, set[str]] = {}
-        for row in await self.fetch(conn, "catalog_columns", {"schema": name}):
+        for row in await self.fetch(conn, "catalog_table_columns", {"schema": name}):
             columns.setdefault(row["table_name"], set()).add(row["column_name"])
         indexes = {row["indexname"] for row in await self.fetch(conn, "catalog_indexes", {"schema": name})}
         present = bool(await self.fetch(conn, "catalog_schema", {"schema": name}))

@@ -16,6 +16,8 @@ from zoneinfo import ZoneInfo
 from croniter import CroniterBadDateError, croniter
 
 from reconciler.models import (
+    MAX_YEAR,
+    MIN_YEAR,
     CalendarTrigger,
     CronTrigger,
     IntervalTrigger,
@@ -25,6 +27,11 @@ from reconciler.models import (
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Occurrences exist only in [FLOOR, HORIZON): the years a task file may name (models.MIN_YEAR to
+# MAX_YEAR), widened by two days for zone offsets, so no computation nears datetime's limits.
+FLOOR = datetime(MIN_YEAR, 1, 1, tzinfo=UTC) - timedelta(days=2)
+HORIZON = datetime(MAX_YEAR + 1, 1, 1, tzinfo=UTC) + timedelta(days=2)
+HORIZON_WALL = HORIZON.replace(tzinfo=None) + timedelta(days=2)  # a wall time past it fires past HORIZON
 # Wider than any DST shift in the tz database (2 h), so a walk started this far back
 # sees the second pass of every repeated wall time.
 DST_MARGIN = timedelta(hours=3)
@@ -64,6 +71,18 @@ class TriggerError(ValueError):
 def _require_aware(after: datetime) -> None:
     if after.tzinfo is None or after.utcoffset() is None:
         raise ValueError("next_fire_time needs an aware datetime")
+
+
+def _start_from(after: datetime) -> datetime | None:
+    """`after` in UTC and at least FLOOR; None when it is past HORIZON (nothing can follow)."""
+    _require_aware(after)
+    if after >= HORIZON:  # compared before converting: astimezone could overflow out there
+        return None
+    return max(after, FLOOR).astimezone(UTC)
+
+
+def _within_horizon(fire: Fire | None) -> Fire | None:
+    return fire if fire is not None and fire.at < HORIZON else None
 
 
 # ---------------------------------------------------------------- local ↔ instant
@@ -187,8 +206,10 @@ class WallClockSchedule:
 
     def next_fire(self, after: datetime) -> Fire | None:
         """The first occurrence strictly after `after`, within the window."""
-        _require_aware(after)
-        after = after.astimezone(UTC)
+        bounded = _start_from(after)
+        if bounded is None:
+            return None
+        after = bounded
         if self.start is not None and after < self.start:
             after = self.start - timedelta(microseconds=1)
         # A wall time L fires at L - offset (or, in a gap, at the transition, which lies between
@@ -200,6 +221,8 @@ class WallClockSchedule:
         for count, local in enumerate(self.local_candidates(origin)):
             if best_wall_bound is not None and local > best_wall_bound:
                 break  # this and every later wall time fires after `best`
+            if local > HORIZON_WALL:
+                break  # fires past HORIZON; mapping it to an instant could overflow
             for fire in self._fires(local):
                 if fire.at > after and (best is None or fire.at < best.at):
                     best = fire
@@ -215,7 +238,7 @@ class WallClockSchedule:
                 break
         if best is None or (self.end is not None and best.at >= self.end):
             return None
-        return best
+        return _within_horizon(best)
 
     def next_fire_time(self, after: datetime) -> datetime | None:
         """The first fire instant strictly after `after` (UTC), or None when exhausted."""
@@ -279,7 +302,10 @@ class CalendarSchedule(WallClockSchedule):
     def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
         k = max(0, self._index_before(after_local.date()))
         while True:
-            day = self._date(k)
+            try:
+                day = self._date(k)
+            except (OverflowError, ValueError):  # past year 9999: long after HORIZON
+                return
             for moment in self.times:
                 local = datetime.combine(day, moment)
                 if local > after_local:
@@ -296,12 +322,14 @@ class IntervalSchedule:
         self.end = end
 
     def next_fire(self, after: datetime) -> Fire | None:
-        _require_aware(after)
+        bounded = _start_from(after)
+        if bounded is None:
+            return None
         anchor = self.anchor or EPOCH
-        at = anchor if after < anchor else anchor + ((after - anchor) // self.period + 1) * self.period
+        at = anchor if bounded < anchor else anchor + ((bounded - anchor) // self.period + 1) * self.period
         if self.end is not None and at >= self.end:
             return None
-        return Fire(at.astimezone(UTC))
+        return _within_horizon(Fire(at.astimezone(UTC)))
 
     def next_fire_time(self, after: datetime) -> datetime | None:
         fire = self.next_fire(after)
@@ -316,7 +344,7 @@ class OnceSchedule:
 
     def next_fire(self, after: datetime) -> Fire | None:
         _require_aware(after)
-        return Fire(self.at) if self.at > after else None
+        return _within_horizon(Fire(self.at)) if self.at > after else None
 
     def next_fire_time(self, after: datetime) -> datetime | None:
         fire = self.next_fire(after)

@@ -1,8 +1,15 @@
 -- Every SQL statement reconciler runs, by name. Loaded once by reconciler/store.py.
 -- Placeholders are psycopg's %(name)s. The schema is "scheduler" (see schemata.toml).
 
--- name: catalog_columns
-SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = %(schema)s;
+-- name: catalog_table_columns
+-- pg_attribute, unlike information_schema.columns, lists the columns of tables the role has
+-- no privilege on: a least-privilege role must see an initialized schema as complete, or it
+-- would try to create the tables it cannot read.
+SELECT c.relname AS table_name, a.attname AS column_name
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped;
 
 -- name: catalog_indexes
 SELECT indexname FROM pg_indexes WHERE schemaname = %(schema)s;

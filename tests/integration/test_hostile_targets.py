@@ -90,7 +90,10 @@ async def test_each_hostile_target_fails_alone_and_the_batch_is_recorded(
             " only visible ASCII, spaces and tabs can be sent"
         )
     assert found["forbidden"]["status"] == "failed"
-    assert "RECONCILER_DSN, which tasks may not read" in str(found["forbidden"]["error"])
+    assert found["forbidden"]["error"] == (
+        "target.headers.X-Dsn names environment variable RECONCILER_DSN: tasks may not read the engine's own"
+        " settings (RECONCILER_*, DATABASE_URL, PG*); see engine --allow-env"
+    )
     assert stats.requests.get("/echo", 0) == 0  # none of the bad-header tasks sent anything
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)

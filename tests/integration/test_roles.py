@@ -1,0 +1,215 @@
+"""Least privilege on a real server: each role runs its commands with exactly `grants_sql`'s grants.
+
+Roles are cluster-wide: each test's roles carry its database's name and are dropped at teardown.
+They get a password too, so the tests also pass on a server that does not trust local users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from reconciler.cli import main
+from reconciler.clock import utcnow
+from reconciler.engine import Engine, EngineConfig
+from reconciler.grants import grants_sql
+from reconciler.store import Store
+from reconciler.targets import Firer
+from tests.httpserver import Recorder
+from tests.integration.engine_support import NOW, cron, runs, setup
+
+
+class Roles:
+    """LOGIN roles for one test database, dropped (with their grants) at teardown."""
+
+    def __init__(self, owner_dsn: str) -> None:
+        self.owner_dsn = owner_dsn
+        self.dbname = psycopg.conninfo.conninfo_to_dict(owner_dsn)["dbname"]
+        self.made: list[str] = []
+
+    def create(self, name: str) -> str:
+        """A new role `<database>_<name>` without any privilege; returns its DSN."""
+        role, password = f"{self.dbname}_{name}", secrets.token_hex(8)
+        with psycopg.connect(self.owner_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password))
+            )
+        self.made.append(role)
+        params = psycopg.conninfo.conninfo_to_dict(self.owner_dsn)
+        params.update(user=role, password=password)
+        return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
+
+    def grant(self, planner: str | None = None, applier: str | None = None, engine: str | None = None) -> None:
+        """Run grants_sql as the owner, for roles named by their DSNs."""
+
+        def user(role_dsn: str | None) -> str | None:
+            return None if role_dsn is None else str(psycopg.conninfo.conninfo_to_dict(role_dsn)["user"])
+
+        with psycopg.connect(self.owner_dsn, autocommit=True) as conn:
+            conn.execute(grants_sql(user(planner), user(applier), user(engine)).encode())
+
+    def drop(self) -> None:
+        with psycopg.connect(self.owner_dsn, autocommit=True) as conn:
+            for role in self.made:
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def roles(dsn: str) -> Iterator[Roles]:
+    made = Roles(dsn)
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+def cli(capsys: pytest.CaptureFixture[str], role_dsn: str, tasks: Path, *args: str) -> tuple[int, str, str]:
+    """`reconciler --dsn ROLE --tasks-dir TASKS ARGS…` in-process: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = main(["--dsn", role_dsn, "--tasks-dir", str(tasks), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> Path:
+    folder = tmp_path / "tasks.d"
+    folder.mkdir()
+    (folder / "ping.toml").write_text(cron("http://127.0.0.1:9/ping"))
+    return folder
+
+
+@pytest.fixture
+def initialized(dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """This test's database after `reconciler db init` as its owner."""
+    assert cli(capsys, dsn, tasks, "db", "init")[0] == 0
+    return dsn
+
+
+def reads_everything(capsys: pytest.CaptureFixture[str], role_dsn: str, tasks: Path) -> None:
+    """Every read-only command that touches the database succeeds as this role."""
+    export = str(tasks.parent / "exported")
+    for command in (["plan"], ["status"], ["runs"], ["explain", "ping"], ["export", "--out-dir", export]):
+        code, _, err = cli(capsys, role_dsn, tasks, *command)
+        assert code == 0, (command, err)
+
+
+def test_planner_reads_everything_but_may_not_apply(
+    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    planner = roles.create('plan "ro"; --')  # quoting is part of the contract: role names are user input
+    roles.grant(planner=planner)
+    assert cli(capsys, initialized, tasks, "apply")[0] == 0  # the owner applies; the planner reads it back
+    reads_everything(capsys, planner, tasks)
+    (tasks / "pong.toml").write_text(cron("http://127.0.0.1:9/pong"))
+    code, _, err = cli(capsys, planner, tasks, "apply")
+    assert code == 1
+    line = one_error_line(err)
+    assert "permission denied for table tasks" in line and "needs INSERT on scheduler.tasks" in line
+    assert "reconciler db grants" in line
+    code, _, err = cli(capsys, planner, tasks, "trigger", "ping")
+    assert code == 1 and "needs INSERT on scheduler.runs" in one_error_line(err)
+
+
+def test_applier_applies_moves_and_triggers(
+    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    applier = roles.create("applier")
+    roles.grant(applier=applier)
+    code, out, err = cli(capsys, applier, tasks, "apply")
+    assert code == 0 and "Apply complete: 1 change(s) written." in out, err
+    assert cli(capsys, applier, tasks, "trigger", "ping")[0] == 0
+    reads_everything(capsys, applier, tasks)  # an applier can do what a planner does
+    (tasks / "ping.toml").rename(tasks / "pong.toml")
+    (tasks / "pong.toml").write_text('moved_from = "ping"\n' + (tasks / "pong.toml").read_text())
+    code, out, err = cli(capsys, applier, tasks, "apply")  # a move carries runs and leases over
+    assert code == 0 and "> move" in out, err
+    (tasks / "pong.toml").unlink()
+    code, out, err = cli(capsys, applier, tasks, "apply", "--allow-empty")
+    assert code == 0 and "- delete pong" in out, err
+    assert cli(capsys, applier, tasks, "plan", "--detailed-exitcode")[0] == 0
+
+
+async def test_engine_fires_but_may_not_rewrite_a_task(
+    initialized: str, roles: Roles, http: tuple[str, Recorder], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, rec = http
+    applier, engine_dsn = roles.create("applier"), roles.create("engine")
+    roles.grant(applier=applier, engine=engine_dsn)
+    folder = tmp_path / "engine-tasks"
+    async with Store(applier) as store:  # room for the scheduled and the manual run side by side
+        await setup(store, folder, {"a": cron(f"{url}/a", policy="max_running_instances = 2")})
+    code, _, err = await asyncio.to_thread(cli, capsys, applier, folder, "trigger", "a")
+    assert code == 0, err
+    firer = Firer(concurrency=4)
+    try:
+        async with Store(engine_dsn) as store:
+            await store.init_schema()  # what every command does first: a no-op that needs no CREATE
+            engine = Engine(store, EngineConfig("least-privilege", keep_runs_days=1), firer)
+            await engine.heartbeat(NOW)
+            report = await engine.run_once(NOW + timedelta(minutes=5, seconds=3))
+            assert (report.fired, report.succeeded) == (2, 2), runs(initialized)
+            assert await engine.sleep_seconds(NOW) >= 0
+            await engine.prune_runs(utcnow() + timedelta(days=2))  # results carry the wall-clock time
+            async with store.connection() as conn:
+                await Store.execute(conn, "engine_gone", {"engine_id": "least-privilege"})
+    finally:
+        await firer.close()
+    assert sorted(r.path for r in rec.paths("/a")) == ["/a", "/a"]
+    assert runs(initialized) == []  # pruned: both finished more than --keep-runs-days ago
+    with psycopg.connect(engine_dsn, autocommit=True) as conn:
+        for change in ("spec = '{}'", "enabled = false", "source = 'other'"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"UPDATE scheduler.tasks SET {change}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM scheduler.tasks")
+
+
+def test_db_init_without_create_is_one_line(
+    dsn: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nobody = roles.create("nobody")
+    for command in (["db", "init"], ["plan"]):
+        code, _, err = cli(capsys, nobody, tasks, *command)
+        assert code == 1
+        line = one_error_line(err)
+        assert "schema scheduler does not exist" in line and "may not create it" in line, line
+        assert "run `reconciler db init` as the owner" in line
+
+
+def test_ungranted_role_on_initialized_database_is_told_what_to_grant(
+    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nobody = roles.create("nobody")
+    code, _, err = cli(capsys, nobody, tasks, "plan")
+    assert code == 1
+    line = one_error_line(err)
+    assert "needs USAGE on schema scheduler" in line and "reconciler db grants" in line
+
+
+def test_outdated_schema_names_the_owner_as_the_fix(
+    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    planner = roles.create("planner")
+    roles.grant(planner=planner)
+    with psycopg.connect(initialized, autocommit=True) as conn:  # as if a newer release added this column
+        conn.execute("ALTER TABLE scheduler.runs DROP COLUMN response_excerpt")
+    code, _, err = cli(capsys, planner, tasks, "plan")
+    assert code == 1
+    line = one_error_line(err)
+    assert "schema scheduler is out of date" in line and "may not upgrade it" in line

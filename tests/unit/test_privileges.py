@@ -1,0 +1,76 @@
+"""grants_sql renders ROLE_PRIVILEGES safely; a refused query is explained by the privileges it uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reconciler.errors import UserError
+from reconciler.grants import ROLE_COMMANDS, ROLE_PRIVILEGES, grants_sql, privilege_table
+from reconciler.schema import load_schemata
+from reconciler.store import QUERIES, needed_privileges
+
+
+def test_every_declared_table_has_its_grants_decided() -> None:
+    granted = {table for tables in ROLE_PRIVILEGES.values() for table in tables}
+    assert {t.name for t in load_schemata().tables} <= granted
+
+
+def test_applier_may_do_what_the_planner_does() -> None:
+    for table, privileges in ROLE_PRIVILEGES["planner"].items():
+        assert set(privileges) <= set(ROLE_PRIVILEGES["applier"][table]), table
+
+
+def test_engine_may_move_next_run_at_but_not_rewrite_a_task() -> None:
+    assert ROLE_PRIVILEGES["engine"]["tasks"] == ("SELECT", "UPDATE(next_run_at)")
+
+
+def test_grants_per_role_with_column_privileges_quoted() -> None:
+    text = grants_sql("ci_plan", None, "eng")
+    assert 'GRANT USAGE ON SCHEMA "scheduler" TO "ci_plan";' in text
+    assert 'GRANT SELECT ON TABLE "scheduler"."tasks" TO "ci_plan";' in text
+    assert 'GRANT SELECT, UPDATE ("next_run_at") ON TABLE "scheduler"."tasks" TO "eng";' in text
+    assert "-- applier" not in text
+    assert grants_sql(None, None, None) == ""
+
+
+@pytest.mark.parametrize("name", ['x"; DROP TABLE scheduler.tasks; --', "a\nDROP ROLE postgres; --", "Mixed Case"])
+def test_hostile_role_names_stay_one_identifier(name: str) -> None:
+    quoted = '"' + name.replace('"', '""') + '"'
+    text = grants_sql(name, name, name)
+    assert text.replace(quoted, '"R"') == grants_sql("R", "R", "R")
+
+
+@pytest.mark.parametrize("name", ["", "public", "none", "x" * 64, "a\0b"])
+def test_role_names_postgres_would_misread_are_refused(name: str) -> None:
+    with pytest.raises(UserError):
+        grants_sql(name, None, None)
+
+
+def test_privilege_table_lists_every_role() -> None:
+    table = privilege_table()
+    for role, commands in ROLE_COMMANDS.items():
+        assert f"| {role} | {commands} |" in table
+    assert "SELECT, UPDATE(next_run_at)" in table
+
+
+@pytest.mark.parametrize(
+    ("query", "table", "expected"),
+    [
+        ("task_insert", "tasks", ["INSERT"]),
+        ("task_update", "tasks", ["UPDATE"]),
+        ("claim_due", "tasks", ["SELECT", "UPDATE"]),  # FOR UPDATE locks rows
+        ("runs_mark_lost", "run_leases", ["DELETE"]),
+        ("runs_mark_lost", "runs", ["UPDATE"]),
+        ("run_queue_manual", "runs", ["INSERT"]),
+        ("status_rows", "runs", ["SELECT"]),
+    ],
+)
+def test_refused_query_names_the_privileges_it_uses(query: str, table: str, expected: list[str]) -> None:
+    assert needed_privileges(QUERIES[query], table) == (f"scheduler.{table}", expected)
+
+
+def test_deploy_readme_shows_the_privilege_table() -> None:
+    readme = (Path(__file__).parents[2] / "deploy" / "README.md").read_text()
+    assert privilege_table() in readme
