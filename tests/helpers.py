@@ -44,6 +44,13 @@ def finished_runs(dsn: str) -> int:
     return int(row[0]) if row else 0
 
 
+def leases(dsn: str) -> int:
+    """How many run leases are held."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone()
+    return int(row[0]) if row else 0
+
+
 def settled(dsn: str, expected: int) -> bool:
     """Every occurrence has a run row, none is still queued or running, and no lease is held."""
     with psycopg.connect(dsn) as conn:

@@ -58,24 +58,16 @@ class Case:
     secret: str | None = None  # must never be printed
 
 
-def literal_header(name: str) -> Case:
+def literal(table: str, name: str) -> Case:
+    """A literal secret in `headers` or `query`: an error that never prints the value."""
+    noun = "header" if table == "headers" else "query parameter"
+    hint = f'; write {name} = {{ env = "NAME" }}' if table == "headers" else ""
     return Case(
-        f"literal-{name}",
-        task(target=f'headers = {{ {name} = "{SECRET}" }}'),
-        key="target.headers",
-        words=f'a literal {name} header is a secret; write {name} = {{ env = "NAME" }}',
-        at="headers",
-        secret=SECRET,
-    )
-
-
-def literal_query(name: str) -> Case:
-    return Case(
-        f"literal-query-{name}",
-        task(target=f'query = {{ {name} = "{SECRET}" }}'),
-        key="target.query",
-        words=f"a literal {name} query parameter is a secret",
-        at="query",
+        f"literal-{table}-{name}",
+        task(target=f'{table} = {{ {name} = "{SECRET}" }}'),
+        key=f"target.{table}",
+        words=f"a literal {name} {noun} is a secret{hint}",
+        at=table,
         secret=SECRET,
     )
 
@@ -160,9 +152,9 @@ CASES = [
     Case("query-no-name", task(target='query = { "" = "v" }'), key='target.query.""', words="needs a name",
          at="query"),
     # Credentials are never literal.
-    *[literal_header(name) for name in ("Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key",
+    *[literal("headers", name) for name in ("Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key",
                                         "X-Auth-Token", "X-Client-Secret", "X-Password")],
-    *[literal_query(name) for name in ("token", "api_key", "sig", "X-Amz-Signature")],
+    *[literal("query", name) for name in ("token", "api_key", "sig", "X-Amz-Signature")],
     # NaN and infinity: finite floats only.
     Case("json-nan", task(target="json = { a = nan }"), key="target.json.a", words="not a finite number",
          at="json", db=True),

@@ -16,7 +16,7 @@ from reconciler.engine import Engine, EngineConfig
 from reconciler.errors import DatabaseUnavailable
 from reconciler.store import Store
 from reconciler.targets import Firer
-from tests.helpers import async_wait_until
+from tests.helpers import async_wait_until, leases
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, SECRET, cron, next_run, runs, setup
 
@@ -333,8 +333,7 @@ async def test_result_kept_while_database_is_away_and_written_after(
             await engine.firer.close()
     [run] = runs(dsn)
     assert (run["status"], run["http_status"]) == ("succeeded", 200)
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
+    assert leases(dsn) == 0
 
 
 async def _result_survives_outage(engine: Engine, dsn: str, rec: Recorder) -> None:

@@ -14,7 +14,7 @@ from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
 from tests.engines import soon, start_engines, stop, wait_registered
-from tests.helpers import finished_runs, wait_until
+from tests.helpers import finished_runs, leases, wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer
 
@@ -81,8 +81,7 @@ async def test_max_running_instances_holds_across_two_processes(
         results = stop(procs)
     assert [code for code, _ in results] == [0, 0], [err[-2000:] for _, err in results]
     assert rec.max_in_flight.get("/slow") == 1  # never two at once, across both processes
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
+    assert leases(dsn) == 0
 
 
 async def test_sigterm_drains_the_run_in_flight_then_exits_0(
@@ -105,9 +104,8 @@ async def test_sigterm_drains_the_run_in_flight_then_exits_0(
     with psycopg.connect(dsn) as conn:
         run = conn.execute("SELECT status, http_status FROM scheduler.runs").fetchall()
         engines = conn.execute("SELECT engine_id FROM scheduler.engines").fetchall()
-        leases = conn.execute("SELECT run_id FROM scheduler.run_leases").fetchall()
     assert run == [("succeeded", 200)]  # drained and recorded, not lost
-    assert engines == [] and leases == []  # said goodbye, freed its slot
+    assert engines == [] and leases(dsn) == 0  # said goodbye, freed its slot
 
 
 def test_an_engine_started_while_the_database_is_down_waits_and_then_fires(

@@ -18,7 +18,7 @@ import pytest
 from reconciler.engine import Engine, EngineConfig, _Pending
 from reconciler.store import Store
 from reconciler.targets import Firer
-from tests.helpers import async_wait_until
+from tests.helpers import async_wait_until, leases
 from tests.hostile import Stats, hostile_serving
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, SECRET, cron, setup
@@ -95,8 +95,7 @@ async def test_each_hostile_target_fails_alone_and_the_batch_is_recorded(
         " settings (RECONCILER_*, DATABASE_URL, PG*); see engine --allow-env"
     )
     assert stats.requests.get("/echo", 0) == 0  # none of the bad-header tasks sent anything
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
+    assert leases(dsn) == 0
 
 
 async def test_echoed_credentials_are_scrubbed_from_the_excerpt(
@@ -227,5 +226,4 @@ async def test_a_result_the_database_refuses_does_not_cost_the_batch(
     refused = report.runs[0].task_id
     assert found[refused]["response_excerpt"] is None
     assert "could not be stored" in str(found[refused]["error"])
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM scheduler.run_leases").fetchone() == (0,)
+    assert leases(dsn) == 0
