@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import signal
@@ -24,7 +23,7 @@ from reconciler import render
 from reconciler.apply import ApplyOptions, apply_tasks, read_plan
 from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
-from reconciler.engine import Claimed, Engine, EngineConfig, Report, default_engine_id
+from reconciler.engine import Claimed, Engine, EngineConfig, Report, back_off, default_engine_id
 from reconciler.environment import EnvPolicy, globs, policy_errors
 from reconciler.errors import DatabaseUnavailable, UserError
 from reconciler.grants import grants_sql
@@ -417,9 +416,7 @@ async def open_patiently(store: Store, stop: asyncio.Event) -> bool:
             return True
         except DatabaseUnavailable as exc:
             log.warning("database unavailable (%s); retrying in %.1f s", exc, backoff)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=backoff)
-        backoff = min(backoff * 2, 10.0)
+        backoff = await back_off(stop, backoff)
     return False
 
 

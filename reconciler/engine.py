@@ -23,7 +23,7 @@ import psycopg
 
 from reconciler.clock import SYSTEM, Clock
 from reconciler.environment import EnvPolicy, storable
-from reconciler.errors import DatabaseUnavailable
+from reconciler.errors import DatabaseUnavailable, one_line
 from reconciler.models import Policy, TaskSpec
 from reconciler.store import Conn, Store
 from reconciler.targets import Attempt, Firer, Outcome, lease_seconds
@@ -104,10 +104,11 @@ class EngineConfig:
     allow_env: tuple[str, ...] = ()  # globs of variables tasks may read; empty: all but the engine's own
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception as one short line: its first line, else its type."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+async def back_off(stop: asyncio.Event, seconds: float) -> float:
+    """Wait `seconds` (less if `stop` is set); the next, doubled wait, at most 10 s."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    return min(seconds * 2, 10.0)
 
 
 def default_engine_id() -> str:
@@ -560,9 +561,7 @@ class Engine:
                     with contextlib.suppress(Exception):
                         await listener.close()
                 listener = None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = await back_off(stop, backoff)
         await self.drain(flusher)
         if listener is not None:
             with contextlib.suppress(Exception):

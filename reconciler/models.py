@@ -505,9 +505,14 @@ class Policy(Model):
     dst_overlap: Literal["first", "last", "both"] | None = None
     keep_runs: int | None = Field(default=None, ge=1, le=MAX_KEEP_RUNS)
 
+    @property
+    def backoff_total(self) -> float:
+        """Every backoff wait of one run together: `retry_backoff_seconds × (2^retries − 1)`."""
+        return float(self.retry_backoff_seconds) * float(2**self.retries - 1)
+
     @model_validator(mode="after")
     def _retry_wait(self) -> Policy:
-        wait = self.retry_backoff_seconds * (2**self.retries - 1)
+        wait = self.backoff_total
         if wait > MAX_RETRY_WAIT_SECONDS:
             raise ValueError(
                 f"retries = {self.retries} with retry_backoff_seconds = {self.retry_backoff_seconds:g} wait "

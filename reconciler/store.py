@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler import schema
-from reconciler.errors import DatabaseUnavailable, PermissionDenied
+from reconciler.errors import DatabaseUnavailable, PermissionDenied, one_line
 
 QUERIES_FILE = Path(__file__).parent / "sql" / "queries.sql"
 # pg_advisory_xact_lock key shared by every apply (and schema upgrade): "reconc" in ASCII.
@@ -60,7 +60,7 @@ def redact(dsn: str) -> str:
 
 
 def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = one_line(exc)
     reason = reason.replace(dsn, redact(dsn))
     return DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact(dsn)}): {reason}; check --dsn / RECONCILER_DSN")
 
@@ -86,7 +86,7 @@ def needed_privileges(statement: str, table: str) -> tuple[str, list[str]]:
 
 def _denied(exc: psycopg.errors.InsufficientPrivilege, user: str, query: str | None = None) -> PermissionDenied:
     """One line: what PostgreSQL refused, the privilege the statement needs, and where the fix is."""
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
+    reason = one_line(exc, "permission denied")
     found = _DENIED_FOR.match(reason)
     if found and found[1] == "table":
         table, privileges = needed_privileges(QUERIES.get(query or "", ""), found[2])

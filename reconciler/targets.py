@@ -13,7 +13,6 @@ import email.utils
 import hashlib
 import json
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,13 +22,12 @@ from typing import Any
 import aiohttp
 
 from reconciler.clock import utcnow
-from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets, storable
-from reconciler.models import BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, TaskSpec
+from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets
+from reconciler.models import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, TaskSpec
 
 EXCERPT_BYTES = 1024
 TOKEN_REFRESH_MARGIN = 30.0
 MAX_RETRY_AFTER = 3600.0
-HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 TOKEN_BYTES = 64 * 1024  # a token response larger than this is not a token response
 
 
@@ -49,12 +47,6 @@ class Attempt:
     @property
     def ok(self) -> bool:
         return self.http_status is not None and 200 <= self.http_status < 300 and self.error is None
-
-    @property
-    def retryable(self) -> bool:
-        if self.http_status is not None and self.error == f"HTTP {self.http_status}":
-            return self.http_status >= 500 or self.http_status == 429
-        return self.transient
 
 
 @dataclass
@@ -141,10 +133,6 @@ class TokenCache:
             )
         lifetime = lifetime if 0 < lifetime < 10 * 365 * 86400 else 3600.0  # NaN, negative, absurd: an hour
         return _Token(value, time.monotonic() + lifetime)
-
-    def invalidate(self, auth: OAuth2ClientCredentials, secrets: RunSecrets) -> None:
-        client_id = secrets.resolve(auth.client_id, "target.auth.client_id")
-        self.tokens.pop(self._key(auth, client_id), None)
 
 
 def idempotency_key(task_id: str, scheduled_for: datetime) -> str:
@@ -284,9 +272,10 @@ class Firer:
     def _request_args(self, spec: TaskSpec, secrets: RunSecrets) -> dict[str, Any]:
         target = spec.target
         kwargs: dict[str, Any] = {"allow_redirects": False}
-        query = getattr(target, "query", None) or {}
-        if query:
-            kwargs["params"] = {name: secrets.resolve(value, f"target.query.{name}") for name, value in query.items()}
+        if target.query:
+            kwargs["params"] = {
+                name: secrets.resolve(value, f"target.query.{name}") for name, value in target.query.items()
+            }
         if target.json_body is not None:
             kwargs["json"] = target.json_body
         elif target.body is not None:
@@ -317,9 +306,10 @@ class Firer:
                 if not response.content.at_eof():
                     response.close()  # do not drain an endless body: drop the connection
                 text = secrets.scrub(raw.decode("utf-8", "replace")) or ""
-                attempt.excerpt = storable(text.encode()[:EXCERPT_BYTES].decode("utf-8", "ignore"))
+                attempt.excerpt = text.encode()[:EXCERPT_BYTES].decode("utf-8", "ignore")
                 if not attempt.ok:
                     attempt.error = f"HTTP {response.status}"
+                    attempt.transient = response.status >= 500 or response.status == 429
                 return
 
     async def _send(self, spec: TaskSpec, task_id: str, scheduled_for: datetime, number: int, budget: float) -> Attempt:
@@ -336,7 +326,7 @@ class Firer:
                 reason += "; cut short to end before the run's lease"
             attempt.error = reason
             attempt.http_status = attempt.http_status if isinstance(exc, TimeoutError) else None
-        attempt.error = storable(secrets.scrub(attempt.error))
+        attempt.error = secrets.scrub(attempt.error)
         attempt.duration_ms = round((time.perf_counter() - started) * 1000)
         return attempt
 
@@ -370,7 +360,7 @@ class Firer:
             if attempt.ok:
                 outcome.status = "succeeded"
                 break
-            if not attempt.retryable or number > spec.policy.retries:
+            if not attempt.transient or number > spec.policy.retries:
                 break
             wait = backoff_delay(spec.policy.retry_backoff_seconds, number, attempt.retry_after)
             if deadline is not None and time.monotonic() + wait >= deadline:
@@ -384,5 +374,4 @@ def lease_seconds(spec: TaskSpec, margin: float = 30.0) -> float:
     """How long a run may hold its slot: every attempt's timeout, every backoff, jitter, a margin."""
     policy = spec.policy
     attempts = policy.retries + 1
-    backoff = sum(float(policy.retry_backoff_seconds) * 2.0**i for i in range(policy.retries))
-    return float(spec.target.timeout_seconds) * attempts + backoff + policy.jitter_seconds + margin
+    return float(spec.target.timeout_seconds) * attempts + policy.backoff_total + policy.jitter_seconds + margin
