@@ -317,8 +317,18 @@ async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Even
     """Apply now, then after every (debounced) change below --tasks-dir until `stop` is set."""
     from watchfiles import awatch
 
+    changes = awatch(args.tasks_dir, debounce=args.debounce_ms, step=50, recursive=True, stop_event=stop)
+    # The generator's first step creates the file watcher; let it run before the first apply, so an
+    # edit made while that apply runs is seen (it waits in the watcher) instead of lost.
+    first = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0)
     await apply_files(store, args)
-    async for _ in awatch(args.tasks_dir, debounce=args.debounce_ms, step=50, recursive=True, stop_event=stop):
+    try:
+        await first
+    except StopAsyncIteration:  # stopped before anything changed
+        return
+    await apply_files(store, args)
+    async for _ in changes:
         await apply_files(store, args)
 
 
