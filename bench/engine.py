@@ -76,9 +76,23 @@ def run_engines(dsn: str, url: str, engines: int, count: int, workdir: Path) -> 
     log_file = log_path.open("w")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "reconciler", "engine", "--engine-id", f"bench-{i}", "--concurrency", "40",
-             "--batch", "200", "--max-sleep", "1"],
-            env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+            [
+                sys.executable,
+                "-m",
+                "reconciler",
+                "engine",
+                "--engine-id",
+                f"bench-{i}",
+                "--concurrency",
+                "40",
+                "--batch",
+                "200",
+                "--max-sleep",
+                "1",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
         )
         for i in range(engines)
     ]

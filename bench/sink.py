@@ -33,8 +33,13 @@ class Sink:
                     await reader.readexactly(length)
                 if lines[0].startswith("GET /_stats"):
                     body = json.dumps(
-                        {"count": self.count, "lags": self.lags, "keys_unique": len(self.keys),
-                         "first": self.first, "last": self.last}
+                        {
+                            "count": self.count,
+                            "lags": self.lags,
+                            "keys_unique": len(self.keys),
+                            "first": self.first,
+                            "last": self.last,
+                        }
                     ).encode()
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 elif lines[0].startswith("GET /_count"):

@@ -65,9 +65,7 @@ class RunSecrets:
             return value
         name = value.env
         if not self.policy.allows(name):
-            raise EnvProblem(
-                f"{key} names environment variable {name}: {self.policy.describe()}"
-            )
+            raise EnvProblem(f"{key} names environment variable {name}: {self.policy.describe()}")
         found = self.env.get(name)
         if found is None:
             raise EnvProblem(

@@ -137,7 +137,7 @@ def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: 
     if not shown:
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
     for fire in _skipped_by_gap_policy(spec, shown):
-        lines.append(f"  {fire_line(fire, zone)}  → no run: policy.dst_gap = \"skip\"")
+        lines.append(f'  {fire_line(fire, zone)}  → no run: policy.dst_gap = "skip"')
     manual = [r for r in runs if r["kind"] == "manual"]
     for run in manual:
         lines.append(f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run)}")

@@ -149,6 +149,7 @@ def hostile_serving(port: int = 0) -> Iterator[tuple[str, Stats]]:
     thread.start()
     assert ready.wait(30), "hostile server did not start"
     bound = holder["server"].sockets[0].getsockname()[1]
+
     async def shutdown() -> None:
         holder["server"].close()
         current = asyncio.current_task()

@@ -1,7 +1,9 @@
 """Chaos: three engine processes, ~2,000 occurrences over ~60 s, kill -9 every few seconds,
-one PostgreSQL restart. A tenth of the targets answer slowly (1.5 s), so kills land on runs
-in flight; another tenth fail once (retries). Afterwards every occurrence is recorded exactly once with a final
-status, no attempt reached the target twice, and only killed engines lost runs.
+one PostgreSQL restart. A tenth of the targets answer slowly (1.5 s); every other kill waits
+for an engine holding one of those runs in flight and kills that engine, so runs are lost on
+every interleaving; the other kills hit a random engine. Another tenth fail once (retries).
+Afterwards every occurrence is recorded exactly once with a final status, no attempt reached
+the target twice, and only killed engines lost runs.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Fleet:
             "--lease-margin", "3", "--drain-seconds", "10", "--concurrency", "50",
         )  # fmt: skip
 
+    def slot_of(self, engine_id: str) -> int | None:
+        return next((slot for slot, e in self.procs.items() if e.engine_id == engine_id), None)
+
     def kill(self, slot: int) -> str:
         engine = self.procs[slot]
         engine.proc.kill()  # SIGKILL: no drain, no goodbye
@@ -71,6 +76,29 @@ def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:
             f'[target]\nurl = "{url}/{path}/{index}"\ntimeout_seconds = 2\n'
             f"[policy]\nmisfire_grace_seconds = 3600\nretries = {1 if flaky else 0}\nretry_backoff_seconds = 0.2\n"
         )
+
+
+def holding_slow_run(dsn: str, fleet: Fleet) -> int:
+    """The slot of an engine with a slow-target run in flight: slow runs start every 3 s and
+    last 1.5 s, so one is in flight within 4 s (else, or while the database restarts, slot 0)."""
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        slot = _slow_run_holder(dsn, fleet)
+        if slot is not None:
+            return slot
+        time.sleep(0.05)
+    return 0
+
+
+def _slow_run_holder(dsn: str, fleet: Fleet) -> int | None:
+    slow = [f"t{index:03d}" for index in range(5, TASKS, 10)]
+    query = "SELECT engine_id FROM scheduler.runs WHERE status = 'running' AND task_id = ANY(%s)"
+    try:
+        with psycopg.connect(dsn, connect_timeout=2) as conn:
+            engines = {row[0] for row in conn.execute(query, (slow,))}
+    except psycopg.Error:
+        return None
+    return next((slot for slot in map(fleet.slot_of, sorted(engines)) if slot is not None), None)
 
 
 def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(

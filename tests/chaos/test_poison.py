@@ -94,9 +94,7 @@ def database_text(dsn: str) -> str:
         )
 
 
-def test_hostile_targets_and_tasks_cannot_hurt_the_fleet(
-    dsn: str, http: tuple[str, Recorder], tmp_path: Path
-) -> None:
+def test_hostile_targets_and_tasks_cannot_hurt_the_fleet(dsn: str, http: tuple[str, Recorder], tmp_path: Path) -> None:
     good, rec = http
     root = tmp_path / "tasks.d"
     root.mkdir()

@@ -190,8 +190,7 @@ async def test_bad_stored_specs_fail_their_own_runs_and_retention_survives(
             " spec_hash = 'tampered' WHERE id = 'header'"
         )
         conn.execute(
-            "UPDATE scheduler.tasks SET spec = jsonb_set(spec, '{policy,keep_runs}', '2147483648')"
-            " WHERE id = 'huge'"
+            "UPDATE scheduler.tasks SET spec = jsonb_set(spec, '{policy,keep_runs}', '2147483648') WHERE id = 'huge'"
         )
     engine = engine_with(store)
     await engine.run_once(DUE)
