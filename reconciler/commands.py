@@ -25,7 +25,7 @@ from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
 from reconciler.engine import Claimed, Engine, EngineConfig, Report, back_off, default_engine_id
 from reconciler.environment import EnvPolicy, globs, policy_errors
-from reconciler.errors import DatabaseUnavailable, UserError
+from reconciler.errors import DatabaseUnavailable, UserError, one_line
 from reconciler.grants import grants_sql
 from reconciler.loader import LoadResult, load_dir
 from reconciler.logs import setup_logging
@@ -376,9 +376,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 spec = TaskSpec.model_validate(json.loads(row["spec_text"]))
                 shown = occurrences_around(compile_schedule(spec), at)
             except ValueError as exc:  # pydantic's ValidationError and TriggerError are ValueErrors
-                reason = str(exc).splitlines()[0]
                 raise UserError(
-                    f"task {args.id!r}: the stored spec no longer validates ({reason}); `reconciler apply` restores it"
+                    f"task {args.id!r}: the stored spec no longer validates ({one_line(exc)}); "
+                    "`reconciler apply` restores it"
                 ) from None
             lo, hi = span(shown, at)
             runs = await Store.fetch(conn, "runs_between", {"task_id": args.id, "lo": lo, "hi": hi})

@@ -385,13 +385,12 @@ class Engine:
         batch = list(self.pending)
         if not batch:
             return 0
-        try:
-            await self._write_results([item.params for item in batch])
-        except DB_FAULTS:
-            raise
-        except psycopg.Error as exc:
+        refused = await self._try_write([item.params for item in batch])
+        if refused is not None:
             # One row the database refuses must not cost the others their results.
-            log.warning("writing %d result(s) together failed (%s); writing them one by one", len(batch), one_line(exc))
+            log.warning(
+                "writing %d result(s) together failed (%s); writing them one by one", len(batch), one_line(refused)
+            )
             for item in batch:
                 await self._write_alone(item.params)
         del self.pending[: len(batch)]
@@ -399,19 +398,25 @@ class Engine:
 
     async def _write_alone(self, params: dict[str, Any]) -> None:
         """Write one result; if the database refuses it, write it without its excerpt and error text."""
-        try:
-            await self._write_results([params])
+        refused = await self._try_write([params])
+        if refused is None:
             return
-        except DB_FAULTS:
-            raise
-        except psycopg.Error as exc:
-            reason = f"the run's result could not be stored ({type(exc).__name__}); excerpt and error text dropped"
+        reason = f"the run's result could not be stored ({type(refused).__name__}); excerpt and error text dropped"
+        refused = await self._try_write([{**params, "excerpt": None, "error": reason}])
+        if refused is not None:
+            log.error(
+                "run %s: result could not be stored (%s); its lease will expire", params["run_id"], one_line(refused)
+            )
+
+    async def _try_write(self, rows: list[dict[str, Any]]) -> psycopg.Error | None:
+        """_write_results; the error if the database refused the rows. Database faults propagate."""
         try:
-            await self._write_results([{**params, "excerpt": None, "error": reason}])
+            await self._write_results(rows)
         except DB_FAULTS:
             raise
         except psycopg.Error as exc:
-            log.error("run %s: result could not be stored (%s); its lease will expire", params["run_id"], one_line(exc))
+            return exc
+        return None
 
     async def _write_results(self, rows: list[dict[str, Any]]) -> None:
         run_ids = [r["run_id"] for r in rows]
