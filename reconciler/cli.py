@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from reconciler import __version__, commands
+from reconciler import export as export_cmd
 from reconciler.errors import UserError
 from reconciler.logs import error_line
 from reconciler.models import HOST_PORT, host_problem
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = add("status", commands.cmd_status, "tasks, next runs, last run status, drift, live engines")
     fmt(status, "json")
 
-    export = add("export", commands.cmd_export, "write the database's tasks as files")
+    export = add("export", export_cmd.cmd_export, "write the database's tasks as files")
     export.add_argument("--out-dir", default="tasks.d")
 
     _engine_options(add("engine", commands.cmd_engine, "claim and fire due tasks until SIGTERM"))

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-import tomli_w
-
 from reconciler import render
 from reconciler.apply import ApplyOptions, apply_tasks, read_plan
 from reconciler.clock import utcnow
@@ -197,50 +195,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
         result = await apply_tasks(store, tasks, args.source, utcnow(), options)
         print(render.plan_text(result.plan, colour=sys.stdout.isatty()))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
-        return EXIT_OK
-
-    return with_store(args, work)
-
-
-def _toml_value(path: tuple[str, ...], value: Any) -> Any:
-    if path in (("trigger", "start_at"), ("trigger", "end_at"), ("trigger", "at")) and isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value) if "T" in value else datetime.fromisoformat(value).date()
-        except ValueError:
-            return value
-    if isinstance(value, dict):
-        return {k: _toml_value((*path, k), v) for k, v in value.items()}
-    return value
-
-
-def export_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """A stored spec in file order (as the model declares it), without empty tables or moved_from."""
-    from reconciler.models import TaskSpec
-
-    try:
-        ordered = TaskSpec.model_validate(spec).normalized()
-    except ValueError:  # a drifted row that no longer validates: export it as stored
-        ordered = dict(spec)
-
-    def prune(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: prune(v) for k, v in value.items() if v != {} and k != "moved_from"}
-        return value
-
-    result: dict[str, Any] = prune(ordered)
-    return result
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    async def work(store: Store) -> int:
-        async with store.connection() as conn:
-            rows = await Store.tasks(conn)
-        out = Path(args.out_dir)
-        for row in rows:
-            target = out / f"{row.id}.toml"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(tomli_w.dumps(_toml_value((), export_spec(row.spec))))
-        print(f"exported {len(rows)} task(s) to {out}")
         return EXIT_OK
 
     return with_store(args, work)
