@@ -1,16 +1,24 @@
-"""Execute a plan: one transaction under pg_advisory_xact_lock, one NOTIFY on commit."""
+"""The verdict on a plan, and its execution: one transaction under pg_advisory_xact_lock,
+one row in scheduler.applies, one NOTIFY on commit.
+
+`plan` and `apply` reach their verdict through the same function (`judge`), so a plan that
+passes is one that `apply` with the same options carries out.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from reconciler import revision
 from reconciler.errors import UserError
 from reconciler.loader import Task
 from reconciler.plan import Change, Plan, make_plan
+from reconciler.revision import LiveRevision, Revision
 from reconciler.store import Conn, Store, TaskRow
 
 NOTIFY_IDS_CAP = 100
@@ -23,36 +31,62 @@ class ApplyOptions:
     max_deletes: int | None = None  # None: 25 % of this source's tasks (at least 1)
     expect_state: str | None = None  # a saved plan's state fingerprint
     expect_files: str | None = None  # a saved plan's files fingerprint
+    allow_older: bool = False  # apply a checkout that git says is behind the live revision
+    checkout: Path | None = None  # the tasks directory, for git; None: no revision check
+    revision: Revision = field(default_factory=lambda: Revision(None))
 
 
 class PlanRefused(UserError):
     """The apply was refused by a rail or a stale saved plan; nothing was written."""
 
 
-def check_rails(plan: Plan, rows: list[TaskRow], options: ApplyOptions) -> None:
-    """The prune rails and the saved-plan checks; raise PlanRefused before any write."""
-    if plan.conflicts:
-        raise PlanRefused("; ".join(str(c) for c in plan.conflicts))
+DELETES_SHOWN = 20  # ids named in a --max-deletes refusal
+
+
+def rail_refusals(plan: Plan, rows: list[TaskRow], options: ApplyOptions) -> list[str]:
+    """Why the prune rails and saved-plan checks refuse this plan (empty: they do not)."""
+    out = [str(c) for c in plan.conflicts]
     if options.expect_files is not None and options.expect_files != plan.files_fingerprint:
-        raise PlanRefused("the saved plan is stale: task files changed since it was made; run plan again")
+        out.append("the saved plan is stale: task files changed since it was made; run plan again")
     if options.expect_state is not None and options.expect_state != plan.state_fingerprint:
-        raise PlanRefused("the saved plan is stale: the database changed since it was made; run plan again")
+        out.append("the saved plan is stale: the database changed since it was made; run plan again")
     owned = sum(1 for r in rows if r.source == plan.source)
     deletes = [c.id for c in plan.changes if c.op == "delete"]
     if not deletes:
-        return
+        return out
     remaining = sum(1 for c in plan.changes if c.op != "delete")
     if remaining == 0 and not options.allow_empty:
-        raise PlanRefused(
+        out.append(
             f"this apply would delete every task of source {plan.source!r} ({len(deletes)}); "
             "pass --allow-empty if that is intended"
         )
+        return out
     limit = options.max_deletes if options.max_deletes is not None else max(1, math.floor(owned * 0.25))
     if len(deletes) > limit and not (remaining == 0 and options.allow_empty):
-        raise PlanRefused(
+        named = ", ".join(deletes[:DELETES_SHOWN])
+        if len(deletes) > DELETES_SHOWN:
+            named += f" and {len(deletes) - DELETES_SHOWN} more"
+        out.append(
             f"this apply would delete {len(deletes)} tasks, more than --max-deletes {limit}: "
-            f"{', '.join(deletes)}; raise --max-deletes or use --no-prune"
+            f"{named}; raise --max-deletes or use --no-prune"
         )
+    return out
+
+
+async def live_revision(conn: Conn, source: str) -> LiveRevision | None:
+    found = await Store.fetch(conn, "applies_live", {"source": source})
+    return LiveRevision(found[0]["revision"], found[0]["applied_at"]) if found else None
+
+
+def judge(plan: Plan, rows: list[TaskRow], live: LiveRevision | None, options: ApplyOptions) -> Plan:
+    """Fill in the plan's verdict: every reason `apply` with `options` refuses it, and its warnings."""
+    plan.live = live
+    plan.refused = rail_refusals(plan, rows, options)
+    if options.checkout is not None:
+        refusal, warning = revision.verdict(options.checkout, live, options.allow_older)
+        plan.refused += [refusal] if refusal else []
+        plan.warnings += [warning] if warning else []
+    return plan
 
 
 def _row_values(task: Task, next_run_at: datetime | None, now: datetime) -> dict[str, Any]:
@@ -95,7 +129,7 @@ def statements_for(change: Change, source: str, now: datetime) -> list[tuple[str
     return out
 
 
-async def write_changes(conn: Conn, changes: list[Change], source: str, now: datetime) -> None:
+async def write_changes(conn: Conn, changes: list[Change], source: str, now: datetime, rev: str | None) -> None:
     """All writes of a plan, batched per statement (executemany pipelines them)."""
     # Deletes first: a moved or re-created id may reuse a freed primary key.
     for phase in ("delete", "update", "move", "create"):
@@ -103,6 +137,8 @@ async def write_changes(conn: Conn, changes: list[Change], source: str, now: dat
         for change in changes:
             if change.op == phase:
                 for name, params in statements_for(change, source, now):
+                    if name in ("task_insert", "task_update"):
+                        params = {**params, "revision": rev}
                     batches.setdefault(name, []).append(params)
         for name, params_list in batches.items():
             await Store.execute_many(conn, name, params_list)
@@ -122,9 +158,12 @@ async def apply_tasks(
         await Store.lock_apply(conn)
         rows = await Store.tasks(conn)
         plan = make_plan(tasks, rows, source, now, prune=options.prune)
-        check_rails(plan, rows, options)
+        judge(plan, rows, await live_revision(conn, source), options)
+        if plan.refused:
+            raise PlanRefused("; ".join(plan.refused))
         writes = [c for c in plan.changes if c.writes]
-        await write_changes(conn, writes, source, now)
+        await write_changes(conn, writes, source, now, options.revision.revision)
+        await record_apply(conn, plan, now, options.revision)
         if writes:
             ids = [c.id for c in writes]
             payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
@@ -132,8 +171,43 @@ async def apply_tasks(
     return ApplyResult(plan, len(writes))
 
 
-async def read_plan(store: Store, tasks: list[Task], source: str, now: datetime, prune: bool = True) -> Plan:
-    """A read-only plan (no lock: plans never write)."""
+async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision) -> None:
+    """One scheduler.applies row: what was applied, from where, and each written id's op."""
+    changes: dict[str, str] = {}
+    for change in plan.changes:
+        if change.writes:
+            changes[change.id] = change.op
+            if change.moved_from:
+                changes[change.moved_from] = change.op
+    summary = {k: v for k, v in plan.summary.items() if k != "noop"}
+    params = {
+        "source": plan.source,
+        "revision": rev.revision,
+        "author": rev.author,
+        "message": rev.message,
+        "reference": rev.reference,
+        "now": now,
+        "counts": Store.jsonb(summary),
+        "changes": Store.jsonb(changes),
+        "plan_digest": plan.digest,
+    }
+    await Store.execute(conn, "applies_insert", params)
+
+
+async def read_plan(
+    store: Store, tasks: list[Task], source: str, now: datetime, options: ApplyOptions = ApplyOptions()
+) -> Plan:
+    """A read-only plan with apply's verdict: no lock, no DDL, no rows written.
+
+    A database without the schema (or without scheduler.applies yet) is read as empty.
+    """
     async with store.connection() as conn:
-        rows = await Store.tasks(conn)
-    return make_plan(tasks, rows, source, now, prune=prune)
+        have = await store.existing(conn)
+        tables = have.columns
+        rows = await Store.tasks(conn) if "tasks" in tables else []
+        live = await live_revision(conn, source) if "applies" in tables else None
+    plan = judge(make_plan(tasks, rows, source, now, prune=options.prune), rows, live, options)
+    if "tasks" not in tables:
+        plan.schema_missing = True
+        plan.warnings.append("the database has no scheduler schema yet: apply will create it")
+    return plan

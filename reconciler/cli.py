@@ -8,7 +8,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from reconciler import __version__, commands
 from reconciler import export as export_cmd
@@ -18,6 +18,18 @@ from reconciler.models import HOST_PORT, host_problem
 
 Handler = Callable[[argparse.Namespace], int]
 Number = TypeVar("Number", int, float)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 1: 2 means "changes present" under --detailed-exitcode."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--max-del` is a typo, not --max-deletes
+        super().__init__(**kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(commands.EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -91,18 +103,30 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _verdict_options(parser: argparse.ArgumentParser) -> None:
+    """The options that decide whether an apply goes ahead: `plan` takes the same ones, for the same verdict."""
+    parser.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
+    parser.add_argument("--allow-empty", action="store_true", help="allow deleting every task of this source")
+    parser.add_argument(
+        "--max-deletes", type=MAX_DELETES, help="refuse to delete more (default 25%% of this source's tasks)"
+    )
+    parser.add_argument(
+        "--allow-older", action="store_true", help="allow applying a checkout that is behind the live revision"
+    )
+
+
 def _allow_env(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--allow-env", action="append", default=[], metavar="PATTERN", help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reconciler", description="GitOps scheduler of HTTP calls on PostgreSQL")
+    parser = Parser(prog="reconciler", description="GitOps scheduler of HTTP calls on PostgreSQL")
     parser.add_argument("--version", action="version", version=f"reconciler {__version__}")
     _global_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        child = sub.add_parser(name, help=help_text)
+        child = sub.add_parser(name, help=help_text, allow_abbrev=False)
         _global_options(child, suppress=True)
         child.set_defaults(handler=handler)
         return child
@@ -121,19 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     nxt.add_argument("--after", help="ISO date-time to count from (default now; no offset = UTC)")
     fmt(nxt, "json")
 
-    plan = add("plan", commands.cmd_plan, "diff the task files against the database (read-only)")
+    plan = add("plan", commands.cmd_plan, "diff the task files against the database, with apply's verdict (read-only)")
     fmt(plan, "json", "markdown")
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when there are changes")
     plan.add_argument("--out", help="save the plan (json) for `apply PLANFILE`")
-    plan.add_argument("--no-prune", action="store_true", help="do not plan deletes of missing tasks")
+    _verdict_options(plan)
 
     apply = add("apply", commands.cmd_apply, "apply the diff in one transaction")
     apply.add_argument("planfile", nargs="?", metavar="PLANFILE")
-    apply.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
-    apply.add_argument("--allow-empty", action="store_true", help="allow deleting every task of this source")
-    apply.add_argument(
-        "--max-deletes", type=MAX_DELETES, help="refuse to delete more (default 25%% of this source's tasks)"
-    )
+    _verdict_options(apply)
+    apply.add_argument("--revision", help="the revision applied (default: CI variables, else git HEAD of --tasks-dir)")
 
     watch = add("watch", commands.cmd_watch, "apply whenever the task files change")
     watch.add_argument("--no-prune", action="store_true")
@@ -142,8 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     status = add("status", commands.cmd_status, "tasks, next runs, last run status, drift, live engines")
     fmt(status, "json")
 
-    export = add("export", export_cmd.cmd_export, "write the database's tasks as files")
-    export.add_argument("--out-dir", default="tasks.d")
+    history = add("history", commands.cmd_history, "applies, newest first: revision, author, counts")
+    history.add_argument("id", nargs="?", metavar="ID", help="only the applies that changed this task")
+    history.add_argument("--limit", type=LIMIT, default=20)
+    fmt(history, "json")
+
+    export = add("export", export_cmd.cmd_export, "write the database's tasks as new files (never over existing ones)")
+    export.add_argument("--out-dir", default=export_cmd.DEFAULT_OUT_DIR, help="directory to write (default exported.d)")
+    export.add_argument("--force", action="store_true", help="overwrite files that already exist in --out-dir")
 
     _engine_options(add("engine", commands.cmd_engine, "claim and fire due tasks until SIGTERM"))
     up = add("up", commands.cmd_up, "local one-process mode: embedded database, apply, watch and engine")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from reconciler import render
+from reconciler import planview, render
 from reconciler.apply import ApplyOptions, apply_tasks, read_plan
 from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
@@ -27,9 +27,11 @@ from reconciler.errors import DatabaseUnavailable, UserError, one_line
 from reconciler.grants import grants_sql
 from reconciler.loader import LoadResult, load_dir
 from reconciler.logs import setup_logging
+from reconciler.masking import mask_text
 from reconciler.models import year_problem
-from reconciler.plan import Plan, is_drifted
-from reconciler.store import Store
+from reconciler.plan import FORMAT_VERSION, Plan, is_drifted
+from reconciler.revision import detect
+from reconciler.store import Row, Store
 from reconciler.targets import Outcome
 from reconciler.triggers import upcoming
 
@@ -96,12 +98,16 @@ def cmd_next(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def with_store(args: argparse.Namespace, work: Callable[[Store], Awaitable[T]], pool_size: int = 4) -> T:
-    """Open the store named by --dsn / env / embedded, initialize the schema, run `work`."""
+def with_store(
+    args: argparse.Namespace, work: Callable[[Store], Awaitable[T]], pool_size: int = 4, init: bool = True
+) -> T:
+    """Open the store named by --dsn / env / embedded, initialize the schema (unless `init` is
+    False: `plan` never writes), run `work`."""
 
     async def run() -> T:
         async with Store(resolve_dsn(args.dsn), max_size=pool_size) as store:
-            await store.init_schema()
+            if init:
+                await store.init_schema()
             return await work(store)
 
     return asyncio.run(run())
@@ -133,10 +139,24 @@ def write_out(text: str, out: str | None) -> None:
 
 def show_plan(plan: Plan, fmt: str) -> str:
     if fmt == "json":
-        return render.plan_json(plan)
+        return planview.plan_json(plan)
     if fmt == "markdown":
-        return render.plan_markdown(plan)
-    return render.plan_text(plan, colour=sys.stdout.isatty())
+        return planview.plan_markdown(plan)
+    return planview.plan_text(plan, colour=sys.stdout.isatty())
+
+
+def verdict_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> ApplyOptions:
+    """The options `plan` and `apply` judge a plan by (the same flags, the same verdict)."""
+    return ApplyOptions(
+        prune=not args.no_prune,
+        allow_empty=args.allow_empty,
+        max_deletes=args.max_deletes,
+        expect_state=saved["state_fingerprint"] if saved else None,
+        expect_files=saved.get("files_fingerprint") if saved else None,
+        allow_older=args.allow_older,
+        checkout=Path(args.tasks_dir),
+        revision=detect(Path(args.tasks_dir), getattr(args, "revision", None)),
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -144,24 +164,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if loaded is None:
         return EXIT_ERROR
     tasks = loaded.tasks
+    options = verdict_options(args)
 
     async def work(store: Store) -> Plan:
-        return await read_plan(store, tasks, args.source, utcnow(), prune=not args.no_prune)
+        return await read_plan(store, tasks, args.source, utcnow(), options)
 
-    plan = with_store(args, work)
+    plan = with_store(args, work, init=False)
     for conflict in plan.conflicts:
         err(str(conflict))
-    if plan.conflicts:
-        return EXIT_ERROR
-    if args.out:
-        Path(args.out).write_text(render.plan_json(plan) + "\n")
+    if args.out and not plan.refused:
+        Path(args.out).write_text(planview.plan_json(plan) + "\n")
         print(f"saved plan to {args.out}; apply it with: reconciler apply {args.out}")
-        if args.format != "text":
-            print(show_plan(plan, args.format))
-        else:
-            print(render.plan_text(plan, colour=sys.stdout.isatty()))
-    else:
-        print(show_plan(plan, args.format))
+    print(show_plan(plan, args.format))
+    if plan.refused:
+        err(f"apply would refuse this plan: {'; '.join(plan.refused)}")
+        return EXIT_ERROR
     return EXIT_CHANGES if args.detailed_exitcode and plan.has_changes else EXIT_OK
 
 
@@ -170,8 +187,14 @@ def read_saved_plan(path: str, source: str) -> dict[str, Any]:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: cannot read saved plan ({exc}); make one with `reconciler plan --out FILE`") from None
-    if not isinstance(data, dict) or data.get("format_version") != 1 or "state_fingerprint" not in data:
-        raise UserError(f"{path}: not a reconciler plan (format_version 1); make one with `reconciler plan --out FILE`")
+    if (
+        not isinstance(data, dict)
+        or data.get("format_version") not in (1, FORMAT_VERSION)
+        or "state_fingerprint" not in data
+    ):
+        raise UserError(
+            f"{path}: not a reconciler plan (format_version {FORMAT_VERSION}); make one with `plan --out FILE`"
+        )
     if data.get("source") != source:
         raise UserError(f"{path}: plan was made for source {data.get('source')!r}, not {source!r}; pass --source")
     return data
@@ -182,18 +205,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     loaded = load_or_report(args)
     if loaded is None:
         return EXIT_ERROR
-    options = ApplyOptions(
-        prune=not args.no_prune,
-        allow_empty=args.allow_empty,
-        max_deletes=args.max_deletes,
-        expect_state=saved["state_fingerprint"] if saved else None,
-        expect_files=saved.get("files_fingerprint") if saved else None,
-    )
+    options = verdict_options(args, saved)
     tasks = loaded.tasks
 
     async def work(store: Store) -> int:
         result = await apply_tasks(store, tasks, args.source, utcnow(), options)
-        print(render.plan_text(result.plan, colour=sys.stdout.isatty()))
+        print(planview.plan_text(result.plan, colour=sys.stdout.isatty()))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK
 
@@ -207,14 +224,15 @@ def _local(moment: datetime | None, zone: str) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    async def work(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def work(store: Store) -> tuple[list[Row], list[Row], list[Row]]:
         async with store.connection() as conn:
             rows = await Store.fetch(conn, "status_rows")
             since = utcnow() - timedelta(seconds=ENGINE_LIVE_SECONDS)
             engines = await Store.fetch(conn, "engines_live", {"since": since})
-        return rows, engines
+            live = await Store.fetch(conn, "applies_live_sources")
+        return rows, engines, live
 
-    rows, engines = with_store(args, work)
+    rows, engines, revisions = with_store(args, work)
     from reconciler.store import TaskRow
 
     items = []
@@ -237,9 +255,21 @@ def cmd_status(args: argparse.Namespace) -> int:
         {"engine_id": e["engine_id"], "host": e["host"], "pid": e["pid"], "last_seen": render.iso(e["last_seen"])}
         for e in engines
     ]
+    applied = [
+        {
+            "source": r["source"],
+            "revision": r["revision"],
+            "applied_at": render.iso(r["applied_at"]),
+            "author": r["author"],
+        }
+        for r in revisions
+    ]
     if args.format == "json":
-        print(json.dumps({"tasks": items, "engines": live}, indent=2))
+        print(json.dumps({"tasks": items, "engines": live, "live_revisions": applied}, indent=2))
         return EXIT_OK
+    for r in applied:
+        by = f" by {render.safe(r['author'])}" if r["author"] else ""
+        print(f"source {render.safe(r['source'])}: live revision {r['revision']} (applied {r['applied_at']}{by})")
     print(f"{'TASK':32} {'ENABLED':7} {'NEXT RUN (local)':24} {'NEXT RUN (UTC)':26} {'LAST':10} DRIFT")
     for item in items:
         print(
@@ -260,11 +290,13 @@ async def apply_files(store: Store, args: argparse.Namespace) -> None:
         err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
         return
     try:
-        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), ApplyOptions(prune=not args.no_prune))
+        # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
+        options = ApplyOptions(prune=not args.no_prune, revision=detect(Path(args.tasks_dir), None))
+        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return
-    print(f"[{stamp}] {render.summary_line(result.plan)}", flush=True)
+    print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
 
 
 async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
@@ -294,6 +326,25 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return with_store(args, work)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """The applies, newest first (only those that changed ID, when given)."""
+
+    async def work(store: Store) -> list[Row]:
+        async with store.connection() as conn:
+            params = {"source": None, "task_id": args.id, "limit": args.limit}
+            return await Store.fetch(conn, "applies_list", params)
+
+    rows = with_store(args, work)
+    if args.format == "json":
+        items = [{k: render.iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in rows]
+        print(json.dumps(items, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if not rows:
+        print("no applies recorded" + (f" that changed {args.id}" if args.id else ""))
+    print("\n".join(render.history_line(row) for row in rows))
+    return EXIT_OK
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
@@ -337,9 +388,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
             lo, hi = span(shown, at)
             runs = await Store.fetch(conn, "runs_between", {"task_id": args.id, "lo": lo, "hi": hi})
         task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
-        return explain(task, shown, runs, at, now)
+        lines = explain(task, shown, runs, at, now)
+        changed = row["revision"] or "unknown (applied without a revision)"
+        return [*lines[:1], f"last changed by revision {changed} at {render.iso(row['updated_at'])}", *lines[1:]]
 
-    print("\n".join(with_store(args, work)))
+    print("\n".join(render.safe(line) for line in with_store(args, work)))
     return EXIT_OK
 
 
@@ -349,7 +402,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             params = {"task_id": args.id, "status": args.status, "limit": args.limit}
             return await Store.fetch(conn, "runs_list", params)
 
-    rows = with_store(args, work)
+    rows = [{**r, "error": mask_text(r["error"]) if r["error"] else None} for r in with_store(args, work)]
     if args.format == "json":
         print(
             json.dumps(
@@ -361,7 +414,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in rows:
         print(
             f"{r['id']:>7} {r['task_id']:28} {render.iso(r['scheduled_for']) or '-':26} {r['kind']:9} "
-            f"{r['status']:10} {r['attempt']:>3} {r['http_status'] or '-':>4} {r['error'] or ''}"
+            f"{r['status']:10} {r['attempt']:>3} {r['http_status'] or '-':>4} {render.safe(r['error'] or '')}"
         )
     return EXIT_OK
 

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from reconciler.loader import FileError, Task, spec_hash
+from reconciler.revision import LiveRevision
 from reconciler.store import TaskRow
 from reconciler.triggers import dst_warnings, upcoming
 
 Op = Literal["create", "update", "delete", "move", "noop"]
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Keys whose change moves the schedule: next_run_at is recomputed from now.
 RETIMING = ("trigger", "timezone", "policy.dst_gap", "policy.dst_overlap")
 
@@ -34,6 +35,7 @@ class Change:
     next_fire_times: list[datetime] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     drift: bool = False
+    drift_fields: list[FieldDiff] = field(default_factory=list)  # columns that disagree with the stored spec
     retime: bool = False
     task: Task | None = None
     row: TaskRow | None = None
@@ -52,6 +54,10 @@ class Plan:
     state_fingerprint: str
     files_fingerprint: str
     pruned: bool = True
+    refused: list[str] = field(default_factory=list)  # why `apply` with the same options would refuse
+    warnings: list[str] = field(default_factory=list)
+    live: LiveRevision | None = None
+    schema_missing: bool = False
 
     def count(self, op: str) -> int:
         return sum(1 for c in self.changes if c.op == op)
@@ -65,6 +71,17 @@ class Plan:
     @property
     def has_changes(self) -> bool:
         return any(c.writes for c in self.changes)
+
+    @property
+    def digest(self) -> str:
+        """What this plan does, as a hash: the same for a pull request's plan and the apply that carries it out."""
+        shown = [
+            [c.op, c.id, c.moved_from, c.drift, [[f.path, f.old, f.new] for f in c.fields]]
+            for c in self.changes
+            if c.writes
+        ]
+        text = json.dumps([self.source, shown], sort_keys=True, default=str, ensure_ascii=True)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -108,9 +125,16 @@ def files_fingerprint(tasks: list[Task]) -> str:
 
 def is_drifted(row: TaskRow) -> bool:
     """The row was changed outside the reconciler: its spec no longer matches its hash or columns."""
-    spec = row.spec
-    edited = row.tampered if row.tampered is not None else spec_hash(spec) != row.spec_hash
-    return edited or spec.get("enabled", True) != row.enabled or spec.get("timezone", "UTC") != row.timezone
+    edited = row.tampered if row.tampered is not None else spec_hash(row.spec) != row.spec_hash
+    return edited or bool(column_drift(row))
+
+
+def column_drift(row: TaskRow, desired: dict[str, Any] | None = None) -> list[FieldDiff]:
+    """Columns that disagree with a spec (the stored one by default): live value → the spec's value."""
+    spec = row.spec if desired is None else desired
+    wanted = {"enabled": spec.get("enabled", True), "timezone": spec.get("timezone", "UTC")}
+    live = {"enabled": row.enabled, "timezone": row.timezone}
+    return [FieldDiff(f"{name} (column)", live[name], wanted[name]) for name in wanted if live[name] != wanted[name]]
 
 
 def _unchanged(row: TaskRow, task: Task) -> bool:
@@ -172,11 +196,13 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
         if not old_id and _unchanged(row, task):
             changes.append(Change("noop", task.id, task=task, row=row))
             continue
-        fields = diff_fields(row.spec, task.normalized)
+        # After a finished move, moved_from is a leftover pointer, not content: dropping it changes nothing.
+        fields = [f for f in diff_fields(row.spec, task.normalized) if old_id or f.path != "moved_from"]
         drift = is_drifted(row)
         retime = _retimes(fields) or (not row.enabled and task.spec.enabled)
         op: Op = "move" if old_id else ("update" if fields or drift else "noop")
         change = Change(op, task.id, moved_from=old_id, fields=fields, drift=drift, retime=retime, task=task, row=row)
+        change.drift_fields = column_drift(row, task.normalized) if drift else []
         if retime:
             _schedule_preview(change, task, now)
         changes.append(change)

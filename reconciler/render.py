@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from reconciler.loader import Task
 from reconciler.models import TaskSpec
 from reconciler.triggers import Fire
-
-if TYPE_CHECKING:
-    from reconciler.plan import Change, Plan
 
 
 def describe_trigger(spec: TaskSpec) -> str:
@@ -73,108 +71,27 @@ def iso(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat() if moment else None
 
 
-# ---------------------------------------------------------------- plans
+# ---------------------------------------------------------------- safe text
 
-SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
-COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift": "35"}
-
-
-def _value(value: object) -> str:
-    return "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
+# C0 and C1 controls, DEL, and the bidi overrides that reorder what a terminal or browser shows.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def _change_lines(change: Change, zone_of: dict[str, str]) -> list[str]:
-    head = f"{SYMBOLS[change.op]} {change.op} {change.id}"
-    if change.op == "move":
-        head = f"> move {change.moved_from} → {change.id}"
-    lines = [head]
-    if change.drift:
-        lines.append(f"! drift {change.id}: the row was changed outside the reconciler; this apply restores it")
-    lines.extend(f"    {f.path}: {_value(f.old)} → {_value(f.new)}" for f in change.fields)
-    if change.description:
-        lines.append(f"    schedule: {change.description}")
-    zone = ZoneInfo(zone_of.get(change.id, "UTC"))
-    for moment in change.next_fire_times:
-        local = moment.astimezone(zone)
-        lines.append(f"    next: {local.strftime('%Y-%m-%d %H:%M:%S %Z')}  ({iso(moment)})")
-    lines.extend(f"    warning: {w}" for w in change.warnings)
-    return lines
+def safe(text: str) -> str:
+    """`text` with every control character as a visible escape (\\x1b, \\n): no raw ESC reaches a terminal."""
+    return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
-def _zones(plan: Plan) -> dict[str, str]:
-    return {c.id: c.task.spec.timezone for c in plan.changes if c.task is not None}
-
-
-def summary_line(plan: Plan) -> str:
-    s = plan.summary
-    text = (
-        f"Plan: {s['create']} to create, {s['update']} to update, {s['move']} to move, "
-        f"{s['delete']} to delete, {s['noop']} unchanged"
+def history_line(row: dict[str, Any]) -> str:
+    """One apply for `reconciler history`."""
+    counts = row["counts"] if isinstance(row["counts"], dict) else {}
+    done = (
+        ", ".join(f"{counts[k]} {k}d" if k != "drift" else f"{counts[k]} drifted" for k in counts if counts[k])
+        or "no changes"
     )
-    return text + (f", {s['drift']} drifted." if s["drift"] else ".")
-
-
-def plan_text(plan: Plan, colour: bool = False) -> str:
-    """Terraform-like text: one block per change, a summary line last."""
-    zones = _zones(plan)
-    out: list[str] = []
-    for change in plan.changes:
-        if not change.writes and not change.drift:
-            continue
-        block = _change_lines(change, zones)
-        if colour:
-            code = (
-                COLOURS["drift"]
-                if change.drift and change.op == "update" and not change.fields
-                else COLOURS.get(change.op, "0")
-            )
-            block[0] = f"\x1b[{code}m{block[0]}\x1b[0m"
-        out.extend(block)
-    if not plan.has_changes:
-        out.append("No changes. The database matches the task files.")
-    out.append(summary_line(plan))
-    return "\n".join(out)
-
-
-def plan_markdown(plan: Plan) -> str:
-    """The same content for a pull-request comment."""
-    zones = _zones(plan)
-    out = [f"### reconciler plan (source `{plan.source}`)", "", f"**{summary_line(plan)}**", ""]
-    body: list[str] = []
-    for change in plan.changes:
-        if change.writes or change.drift:
-            body.extend(_change_lines(change, zones))
-    if body:
-        out.extend(["```diff", *body, "```"])
-    else:
-        out.append("No changes. The database matches the task files.")
-    out.append("")
-    out.append(f"<sub>state fingerprint `{plan.state_fingerprint}`</sub>")
-    return "\n".join(out)
-
-
-def plan_dict(plan: Plan) -> dict[str, object]:
-    """The SPEC's json plan, format_version 1."""
-    return {
-        "format_version": 1,
-        "source": plan.source,
-        "changes": [
-            {
-                "op": c.op,
-                "id": c.id,
-                "moved_from": c.moved_from,
-                "fields": [{"path": f.path, "old": f.old, "new": f.new} for f in c.fields],
-                "next_fire_times": [iso(t) for t in c.next_fire_times],
-                "warnings": c.warnings,
-                "drift": c.drift,
-            }
-            for c in plan.changes
-        ],
-        "summary": plan.summary,
-        "state_fingerprint": plan.state_fingerprint,
-        "files_fingerprint": plan.files_fingerprint,
-    }
-
-
-def plan_json(plan: Plan) -> str:
-    return json.dumps(plan_dict(plan), indent=2, ensure_ascii=False)
+    rev = row["revision"] or "(no revision)"
+    who = f" by {row['author']}" if row["author"] else ""
+    ref = f" [{row['reference']}]" if row["reference"] else ""
+    msg = f": {row['message']}" if row["message"] else ""
+    op = f" ({row['op']})" if row.get("op") else ""
+    return safe(f"#{row['id']} {iso(row['applied_at'])} {row['source']} {rev}{who}{ref}{msg} — {done}{op}")

@@ -59,9 +59,27 @@ def redact(dsn: str) -> str:
     return " ".join(f"{k}={v}" for k, v in shown.items()) or "<default>"
 
 
-def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
-    reason = one_line(exc)
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def scrub_dsn_echo(reason: str, dsn: str) -> str:
+    """libpq's message without any part of the DSN it echoes: the whole DSN, its password, and
+    and any quoted token of an unparsable one (libpq quotes what it could not parse) but option names."""
     reason = reason.replace(dsn, redact(dsn))
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
+    except psycopg.ProgrammingError:  # keep a quoted option name (`name=` in the DSN), mask the rest
+        return _QUOTED.sub(lambda m: m[0] if _option_name(m[1], dsn) else '"***"', reason)
+    return reason.replace(str(password), "***") if password else reason
+
+
+def _option_name(token: str, dsn: str) -> bool:
+    """Whether libpq's quoted `token` is "=" or an option name (written `name=` in the DSN)."""
+    return token == "=" or re.search(rf"(^|\s){re.escape(token)}\s*=", dsn) is not None
+
+
+def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
+    reason = scrub_dsn_echo(one_line(exc), dsn)
     return DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact(dsn)}): {reason}; check --dsn / RECONCILER_DSN")
 
 
@@ -232,13 +250,13 @@ class Store:
         """
         decl = schema.load_schemata()
         async with self.connection() as conn:
-            have = await self._existing(conn, decl.schema)
+            have = await self.existing(conn, decl.schema)
             if not schema.statements(decl, have):
                 return 0
             try:
                 async with conn.transaction():
                     await self.execute(conn, "lock_key", {"key": APPLY_LOCK_KEY})
-                    todo = schema.statements(decl, await self._existing(conn, decl.schema))
+                    todo = schema.statements(decl, await self.existing(conn, decl.schema))
                     for statement in todo:
                         await conn.execute(statement)
             except psycopg.errors.InsufficientPrivilege:
@@ -249,7 +267,8 @@ class Store:
                 ) from None
         return len(todo)
 
-    async def _existing(self, conn: Conn, name: str) -> schema.Existing:
+    async def existing(self, conn: Conn, name: str = "scheduler") -> schema.Existing:
+        """What the catalog holds of schema `name` (readable by any role that can connect)."""
         columns: dict[str, set[str]] = {}
         for row in await self.fetch(conn, "catalog_table_columns", {"schema": name}):
             columns.setdefault(row["table_name"], set()).add(row["column_name"])

@@ -30,15 +30,15 @@ SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_r
 
 -- name: task_insert
 INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
-                             created_at, updated_at)
+                             created_at, updated_at, revision)
 VALUES (%(id)s, %(source)s, %(spec)s, %(spec_hash)s, md5((%(spec)s)::jsonb::text), %(enabled)s, %(timezone)s,
-        %(next_run_at)s, %(now)s, %(now)s);
+        %(next_run_at)s, %(now)s, %(now)s, %(revision)s);
 
 -- name: task_update
 UPDATE scheduler.tasks
    SET id = %(id)s, spec = %(spec)s, spec_hash = %(spec_hash)s, spec_digest = md5((%(spec)s)::jsonb::text),
        enabled = %(enabled)s, timezone = %(timezone)s,
-       next_run_at = %(next_run_at)s, updated_at = %(now)s
+       next_run_at = %(next_run_at)s, updated_at = %(now)s, revision = %(revision)s
  WHERE id = %(old_id)s;
 
 -- name: runs_move
@@ -49,6 +49,35 @@ UPDATE scheduler.run_leases SET task_id = %(id)s WHERE task_id = %(old_id)s;
 
 -- name: task_delete
 DELETE FROM scheduler.tasks WHERE id = %(id)s;
+
+-- name: applies_insert
+INSERT INTO scheduler.applies (source, revision, author, message, reference, applied_at, counts, changes,
+                               plan_digest)
+VALUES (%(source)s, %(revision)s, %(author)s, %(message)s, %(reference)s, %(now)s, %(counts)s, %(changes)s,
+        %(plan_digest)s)
+RETURNING id;
+
+-- name: applies_live
+-- The live revision of a source: the newest apply that knew its revision.
+SELECT revision, applied_at FROM scheduler.applies
+ WHERE source = %(source)s AND revision IS NOT NULL
+ ORDER BY id DESC LIMIT 1;
+
+-- name: applies_live_sources
+-- `status`: each source's live revision.
+SELECT DISTINCT ON (source) source, revision, applied_at, author
+  FROM scheduler.applies WHERE revision IS NOT NULL
+ ORDER BY source, id DESC;
+
+-- name: applies_list
+-- With a task id: the applies that created, changed, moved or deleted it (changes maps id → op).
+SELECT id, source, revision, author, message, reference, applied_at, counts, plan_digest,
+       CASE WHEN %(task_id)s::text IS NULL THEN NULL ELSE changes ->> %(task_id)s END AS op
+  FROM scheduler.applies
+ WHERE (%(source)s::text IS NULL OR source = %(source)s)
+   AND (%(task_id)s::text IS NULL OR changes ? %(task_id)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s;
 
 -- name: notify_tasks
 SELECT pg_notify('scheduler_tasks', %(payload)s);
@@ -153,7 +182,7 @@ SELECT min(next_run_at) AS next_run_at,
 
 -- name: task_get
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
-       NULL::boolean AS tampered, created_at, updated_at
+       NULL::boolean AS tampered, created_at, updated_at, revision
   FROM scheduler.tasks WHERE id = %(id)s;
 
 -- name: run_queue_manual

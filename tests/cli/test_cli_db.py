@@ -51,7 +51,7 @@ def test_saved_plan_apply_and_stale_refusal(dsn: str, tmp_path: Path) -> None:
     cwd = project(tmp_path)
     assert run("plan", "--out", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
     saved = json.loads((cwd / "plan.json").read_text())
-    assert saved["format_version"] == 1 and saved["summary"]["create"] == 5
+    assert saved["format_version"] == 2 and saved["summary"]["create"] == 5
     assert run("apply", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
     stale = run("apply", "plan.json", cwd=cwd, dsn=dsn)  # the database moved on since the plan
     assert stale.returncode == 1 and "stale" in stale.stderr and "Traceback" not in stale.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler import render
+from reconciler import planview
 from reconciler.apply import apply_tasks, read_plan
 from reconciler.loader import load_dir
 from reconciler.store import Store
@@ -48,7 +48,7 @@ def write(root: Path, files: dict[str, str]) -> None:
 
 @pytest.mark.parametrize(
     ("name", "renderer"),
-    [("plan.txt", lambda p: render.plan_text(p)), ("plan.md", render.plan_markdown), ("plan.json", render.plan_json)],
+    [("plan.txt", planview.plan_text), ("plan.md", planview.plan_markdown), ("plan.json", planview.plan_json)],
 )
 async def test_plan_rendering_matches_golden(store: Store, dsn: str, tmp_path: Path, name: str, renderer) -> None:  # type: ignore[no-untyped-def]
     write(tmp_path, BASE)

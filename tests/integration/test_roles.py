@@ -180,16 +180,49 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
             conn.execute("DELETE FROM scheduler.tasks")
 
 
-def test_db_init_without_create_is_one_line(
+def test_db_init_without_create_is_one_line_and_plan_still_plans(
     dsn: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     nobody = roles.create("nobody")
-    for command in (["db", "init"], ["plan"]):
+    for command in (["db", "init"], ["apply"]):
         code, _, err = cli(capsys, nobody, tasks, *command)
         assert code == 1
         line = one_error_line(err)
         assert "schema scheduler does not exist" in line and "may not create it" in line, line
         assert "run `reconciler db init` as the owner" in line
+    code, out, err = cli(capsys, nobody, tasks, "plan")  # read-only: it never creates the schema
+    assert code == 0 and "1 to create" in out and "no scheduler schema yet: apply will create it" in out, err
+    assert schema_objects(dsn) == -1
+
+
+def schema_objects(dsn: str) -> int:
+    """Relations in schema scheduler, or -1 when the schema does not exist."""
+    with psycopg.connect(dsn) as conn:
+        if not conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'scheduler'").fetchall():
+            return -1
+        query = (
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE nspname = 'scheduler'"
+        )
+        row = conn.execute(query).fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_plan_with_connect_and_select_only_writes_nothing(
+    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reader = roles.create("reader")
+    with psycopg.connect(initialized, autocommit=True) as conn:  # no more than CONNECT, USAGE and SELECT
+        role = sql.Identifier(str(psycopg.conninfo.conninfo_to_dict(reader)["user"]))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA scheduler TO {}").format(role))
+        conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA scheduler TO {}").format(role))
+    before = schema_objects(initialized)
+    assert cli(capsys, initialized, tasks, "apply")[0] == 0
+    (tasks / "pong.toml").write_text(cron("http://127.0.0.1:9/pong"))
+    code, out, err = cli(capsys, reader, tasks, "plan", "--detailed-exitcode")
+    assert code == 2 and "+ create pong" in out, err
+    with psycopg.connect(initialized) as conn:
+        assert conn.execute("SELECT count(*) FROM scheduler.applies").fetchone() == (1,)  # the owner's apply only
+    assert schema_objects(initialized) == before
 
 
 def test_ungranted_role_on_initialized_database_is_told_what_to_grant(
@@ -209,7 +242,7 @@ def test_outdated_schema_names_the_owner_as_the_fix(
     roles.grant(planner=planner)
     with psycopg.connect(initialized, autocommit=True) as conn:  # as if a newer release added this column
         conn.execute("ALTER TABLE scheduler.runs DROP COLUMN response_excerpt")
-    code, _, err = cli(capsys, planner, tasks, "plan")
+    code, _, err = cli(capsys, planner, tasks, "status")  # plan never upgrades: it reads what is there
     assert code == 1
     line = one_error_line(err)
     assert "schema scheduler is out of date" in line and "may not upgrade it" in line

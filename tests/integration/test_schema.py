@@ -19,7 +19,7 @@ async def test_init_twice_is_a_noop(dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'scheduler'")}
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'scheduler'")}
-    assert tables == {"tasks", "runs", "run_leases", "engines"}
+    assert tables == {"tasks", "runs", "run_leases", "engines", "applies"}
     assert {"tasks_due_idx", "runs_occurrence_uniq"} <= indexes
 
 
@@ -38,7 +38,7 @@ async def test_new_column_upgrades_without_dropping(dsn: str, tmp_path: Path) ->
     )
     decl = schema.load_schemata(newer)
     async with Store(dsn) as store, store.connection() as conn:
-        todo = schema.statements(decl, await store._existing(conn, "scheduler"))
+        todo = schema.statements(decl, await store.existing(conn, "scheduler"))
         assert [s.as_string(conn) for s in todo] == [
             'ALTER TABLE "scheduler"."engines" ADD COLUMN IF NOT EXISTS "version" text DEFAULT \'dev\''
         ]

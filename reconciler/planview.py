@@ -1,0 +1,297 @@
+"""A plan for people and machines: terminal text, a pull-request comment (markdown) and json.
+
+Every value taken from a file or the database is masked (masking.py) and escaped for its
+medium: control characters become visible escapes, and markdown puts file content only
+inside fences longer than any backtick run in it. The markdown always fits one GitHub
+comment: past a budget, the remaining changes are listed by id only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from reconciler.masking import mask_path, mask_spec, mask_url
+from reconciler.models import Policy
+from reconciler.plan import FORMAT_VERSION, Change, FieldDiff, Plan
+from reconciler.render import iso, safe
+
+SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
+COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift": "35"}
+# In a ```diff block GitHub colours lines that start with + (green), - (red) and ! (orange).
+DIFF_MARKS = {"create": "+", "delete": "-", "update": "!", "move": "!"}
+EMOJI = {"create": "🟢", "update": "🟡", "move": "🔵", "delete": "🔴", "drift": "🟣", "noop": "⚪"}
+GITHUB_COMMENT_LIMIT = 65_536
+MARKDOWN_BUDGET = 60_000  # characters of a comment; the rest of the limit is headroom for the workflow's marker
+POLICY_DEFAULTS = Policy().model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- what a change does
+
+
+def _value(path: str, value: object) -> str:
+    return "(absent)" if value is None else json.dumps(mask_path(path, value), ensure_ascii=False)
+
+
+def target_summary(spec: dict[str, Any]) -> str:
+    """`POST https://host/path (auth bearer; headers A, B; body json 120 B; timeout 10 s)`."""
+    target = spec.get("target") if isinstance(spec.get("target"), dict) else {}
+    assert isinstance(target, dict)
+    parts: list[str] = []
+    auth = target.get("auth")
+    if isinstance(auth, dict):
+        parts.append(f"auth {auth.get('kind', '?')}")
+    headers = target.get("headers")
+    if isinstance(headers, dict) and headers:
+        parts.append("headers " + ", ".join(sorted(map(str, headers))))
+    query = target.get("query")
+    if isinstance(query, dict) and query:
+        parts.append("query " + ", ".join(sorted(map(str, query))))
+    if target.get("json") is not None:
+        parts.append(f"body json {len(json.dumps(target['json'], separators=(',', ':')).encode())} B")
+    elif isinstance(target.get("body"), str):
+        parts.append(f"body text {len(target['body'].encode())} B")
+    if "timeout_seconds" in target:
+        parts.append(f"timeout {target['timeout_seconds']:g} s")
+    url = mask_url(str(target.get("url", "?")))
+    return f"{target.get('method', 'POST')} {url}" + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def policy_summary(spec: dict[str, Any]) -> str | None:
+    """The policy values that differ from the defaults, or None."""
+    policy = spec.get("policy")
+    if not isinstance(policy, dict):
+        return None
+    changed = [f"{k} = {json.dumps(v)}" for k, v in sorted(policy.items()) if POLICY_DEFAULTS.get(k) != v]
+    return ", ".join(changed) or None
+
+
+def _spec_lines(spec: dict[str, Any]) -> list[str]:
+    lines = [f"target: {target_summary(spec)}"]
+    policy = policy_summary(spec)
+    if policy:
+        lines.append(f"policy: {policy}")
+    if spec.get("enabled") is False:
+        lines.append("enabled: false")
+    return lines
+
+
+def _details(change: Change, zone: ZoneInfo) -> list[str]:
+    """Lines about a change other than its field diffs: what it calls, when it fires, warnings."""
+    lines: list[str] = []
+    if change.op == "create" and change.task is not None:
+        lines += _spec_lines(change.task.normalized)
+    if change.op == "delete" and change.row is not None:
+        lines += _spec_lines(change.row.spec)
+    if change.description:
+        lines.append(f"schedule: {change.description}")
+    for moment in change.next_fire_times:
+        lines.append(f"next: {moment.astimezone(zone).strftime('%Y-%m-%d %H:%M:%S %Z')}  ({iso(moment)})")
+    lines += [f"warning: {w}" for w in change.warnings]
+    return lines
+
+
+def _drift_head(change: Change) -> str:
+    verb = "removes" if change.op == "delete" else "restores"
+    return f"drift {change.id}: the row was changed outside the reconciler; this apply {verb} it (live → desired)"
+
+
+def _diffs(change: Change) -> list[FieldDiff]:
+    return [*change.drift_fields, *change.fields]
+
+
+def _head(change: Change) -> str:
+    if change.op == "move":
+        return f"move {change.moved_from} → {change.id}"
+    return f"{change.op} {change.id}"
+
+
+def _zone(change: Change) -> ZoneInfo:
+    return ZoneInfo(change.task.spec.timezone if change.task is not None else "UTC")
+
+
+def shown(plan: Plan) -> list[Change]:
+    """The changes a plan shows: every write, and drift."""
+    return [c for c in plan.changes if c.writes or c.drift]
+
+
+def summary_line(plan: Plan) -> str:
+    s = plan.summary
+    text = (
+        f"Plan: {s['create']} to create, {s['update']} to update, {s['move']} to move, "
+        f"{s['delete']} to delete, {s['noop']} unchanged"
+    )
+    return text + (f", {s['drift']} drifted." if s["drift"] else ".")
+
+
+def _footer(plan: Plan) -> list[str]:
+    out = []
+    if plan.live is not None:
+        out.append(f"live revision {plan.live.revision} (applied {iso(plan.live.applied_at)})")
+    out.append(f"plan digest {plan.digest}")
+    return out
+
+
+# ---------------------------------------------------------------- text
+
+
+def change_text(change: Change) -> list[str]:
+    """One change for a terminal: terraform-like symbols, `path: live → desired`."""
+    lines = [f"{SYMBOLS[change.op]} {_head(change)}"]
+    if change.drift:
+        lines.append(f"! {_drift_head(change)}")
+    lines += [f"    {f.path}: {_value(f.path, f.old)} → {_value(f.path, f.new)}" for f in _diffs(change)]
+    lines += [f"    {line}" for line in _details(change, _zone(change))]
+    return [safe(line) for line in lines]
+
+
+def plan_text(plan: Plan, colour: bool = False) -> str:
+    """Terraform-like text: one block per change, the verdict and a summary line last."""
+    out: list[str] = []
+    for change in shown(plan):
+        block = change_text(change)
+        if colour:
+            drift_only = change.drift and change.op == "update" and not change.fields
+            code = COLOURS["drift"] if drift_only else COLOURS.get(change.op, "0")
+            block[0] = f"\x1b[{code}m{block[0]}\x1b[0m"
+        out.extend(block)
+    if not plan.has_changes:
+        out.append("No changes. The database matches the task files.")
+    out += [safe(f"warning: {w}") for w in plan.warnings]
+    out.append(summary_line(plan))
+    out += [safe(f"refused: {r}") for r in plan.refused]
+    if plan.refused:
+        out.append("apply with these options would refuse this plan; nothing would be written.")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def fence(lines: list[str], info: str = "") -> str:
+    """A fenced code block that no line inside can close: longer than any backtick run in it."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return "\n".join([ticks + info, *lines, ticks])
+
+
+def change_diff(change: Change) -> list[str]:
+    """One change as ```diff lines: every line starts with +, - or !, so GitHub colours each kind."""
+    mark = DIFF_MARKS[change.op] if change.writes else "!"
+    lines = [f"{mark} {_head(change)}"]
+    if change.drift:
+        lines.append(f"! {_drift_head(change)}")
+    for f in _diffs(change):
+        lines += [f"-     {f.path}: {_value(f.path, f.old)}", f"+     {f.path}: {_value(f.path, f.new)}"]
+    lines += [f"{mark}     {line}" for line in _details(change, _zone(change))]
+    return [safe(line) for line in lines]
+
+
+def _section(change: Change) -> str:
+    kind = "drift" if change.drift and not change.fields and change.op == "update" else change.op
+    title = html.escape(safe(_head(change)))
+    return f"<details><summary>{EMOJI[kind]} {title}</summary>\n\n{fence(change_diff(change), 'diff')}\n\n</details>"
+
+
+def _summary_table(plan: Plan) -> list[str]:
+    s = plan.summary
+    rows = [("create", "to create"), ("update", "to update"), ("move", "to move"), ("delete", "to delete")]
+    rows += [("drift", "drifted"), ("noop", "unchanged")]
+    return ["| | change | tasks |", "|---|---|---:|", *(f"| {EMOJI[k]} | {label} | {s[k]} |" for k, label in rows)]
+
+
+def _remaining(changes: list[Change]) -> list[str]:
+    by_op: dict[str, list[str]] = {}
+    for change in changes:
+        by_op.setdefault(change.op, []).append(f"`{change.id}`")
+    return [f"{EMOJI[op]} {op}: {', '.join(ids)}" for op, ids in by_op.items()]
+
+
+def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
+    """A pull-request comment: verdict, summary table, then one <details> block per change while
+    they fit the budget, then the ids of the rest ("full plan in the job log")."""
+    source = html.escape(safe(plan.source))
+    head = [f"### reconciler plan (source <code>{source}</code>)", "", f"**{summary_line(plan)}**", ""]
+    if plan.refused:
+        head += ["⛔ **`apply` with these options would refuse this plan; nothing would be written:**", ""]
+        head += [fence([safe(r) for r in plan.refused], "text"), ""]
+    if plan.warnings:
+        head += ["⚠️ **Warnings:**", "", fence([safe(w) for w in plan.warnings], "text"), ""]
+    head += [*_summary_table(plan), ""]
+    changes = shown(plan)
+    if not changes:
+        head += ["No changes. The database matches the task files.", ""]
+    tail = ["<sub>" + " · ".join(html.escape(safe(item)) for item in _footer(plan)) + "</sub>"]
+    used = sum(len(line) + 1 for line in head + tail)
+    ids_left = sum(len(c.id) + 8 for c in changes) + 200
+    body: list[str] = []
+    placed = 0
+    for change in changes:
+        section = _section(change)
+        ids_left -= len(change.id) + 8
+        if used + len(section) + 2 + ids_left > budget:
+            break
+        body += [section, ""]
+        used += len(section) + 2
+        placed += 1
+    rest = changes[placed:]
+    if rest:
+        body += [f"**{len(rest)} more change(s)** — full plan in the job log:", ""]
+        listing = "\n\n".join(_remaining(rest))
+        room = max(0, budget - used - 100)
+        body.append(listing if len(listing) <= room else listing[:room].rpartition(",")[0] + ", … (cut to fit)")
+        body.append("")
+    text = "\n".join(head + body + tail)
+    return text[:GITHUB_COMMENT_LIMIT]
+
+
+# ---------------------------------------------------------------- json
+
+
+def _masked(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    return mask_spec(spec) if spec is not None else None
+
+
+def change_dict(change: Change) -> dict[str, object]:
+    writes = change.writes or change.drift
+    before = _masked(change.row.spec) if writes and change.row is not None else None
+    after = _masked(change.task.normalized) if writes and change.task is not None and change.op != "delete" else None
+    return {
+        "op": change.op,
+        "id": change.id,
+        "moved_from": change.moved_from,
+        "fields": [
+            {"path": f.path, "old": mask_path(f.path, f.old), "new": mask_path(f.path, f.new)} for f in change.fields
+        ],
+        "before": before,
+        "after": after,
+        "drift": change.drift,
+        "drift_fields": [{"path": f.path, "live": f.old, "desired": f.new} for f in change.drift_fields],
+        "next_fire_times": [iso(t) for t in change.next_fire_times],
+        "warnings": change.warnings,
+    }
+
+
+def plan_dict(plan: Plan) -> dict[str, object]:
+    """The json plan, format_version 2 (README, "Plan json")."""
+    live = plan.live
+    return {
+        "format_version": FORMAT_VERSION,
+        "source": plan.source,
+        "refused": plan.refused,
+        "warnings": plan.warnings,
+        "schema_missing": plan.schema_missing,
+        "live_revision": {"revision": live.revision, "applied_at": iso(live.applied_at)} if live else None,
+        "changes": [change_dict(c) for c in plan.changes],
+        "summary": plan.summary,
+        "plan_digest": plan.digest,
+        "state_fingerprint": plan.state_fingerprint,
+        "files_fingerprint": plan.files_fingerprint,
+    }
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan_dict(plan), indent=2, ensure_ascii=False)

@@ -1,0 +1,150 @@
+"""Which git revision the task files come from, and whether a checkout contains the live one.
+
+`apply` records the revision it applied (scheduler.applies); `plan` and `apply` refuse a
+checkout that git can tell is behind the live revision, so an old branch cannot silently
+revert merged work. Every git call is bounded and never raises: no git, no repository or a
+shallow clone only means "cannot tell".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+GIT_TIMEOUT = 10.0
+# The commit variables of common CI systems, in order: GitHub Actions, GitLab, Buildkite,
+# CircleCI, Jenkins, Azure Pipelines.
+CI_COMMIT_VARIABLES = (
+    "GITHUB_SHA",
+    "CI_COMMIT_SHA",
+    "BUILDKITE_COMMIT",
+    "CIRCLE_SHA1",
+    "GIT_COMMIT",
+    "BUILD_SOURCEVERSION",
+)
+MAX_FIELD = 200  # characters kept of an author or a commit subject
+_PR_REF = re.compile(r"refs/pull/(\d+)/")
+
+
+@dataclass(frozen=True)
+class Revision:
+    """What an apply records about where its files came from."""
+
+    revision: str | None
+    author: str | None = None
+    message: str | None = None
+    reference: str | None = None  # e.g. "PR #42" or "refs/heads/main"
+
+
+@dataclass(frozen=True)
+class LiveRevision:
+    """The revision last applied for a source."""
+
+    revision: str
+    applied_at: datetime
+
+    @property
+    def short(self) -> str:
+        return short(self.revision)
+
+
+def short(revision: str) -> str:
+    """abc1234 for a full commit id; other names as they are."""
+    return revision[:7] if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", revision) else revision
+
+
+def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    """One git command in `directory`; None when git is missing or hangs."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(directory), *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _clip(text: str | None) -> str | None:
+    if not text:
+        return None
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:MAX_FIELD] or None
+
+
+def detect(tasks_dir: Path, explicit: str | None, env: Mapping[str, str] = os.environ) -> Revision:
+    """--revision, else a CI system's commit variable, else `git rev-parse HEAD` of the tasks directory."""
+    reference = _reference(env)
+    author = env.get("GITHUB_ACTOR") or env.get("GITLAB_USER_LOGIN")
+    revision = explicit or next((env[name] for name in CI_COMMIT_VARIABLES if env.get(name)), None)
+    message = None
+    head = _git(tasks_dir, "log", "-1", "--format=%H%x00%an%x00%s", "HEAD")
+    if head is not None and head.returncode == 0 and head.stdout.count("\0") == 2:
+        sha, git_author, subject = head.stdout.strip("\n").split("\0")
+        if revision is None or revision == sha:
+            revision, author, message = sha, author or git_author, subject
+    return Revision(_clip(revision), _clip(author), _clip(message), reference)
+
+
+def _reference(env: Mapping[str, str]) -> str | None:
+    ref = env.get("GITHUB_REF") or env.get("CI_MERGE_REQUEST_IID") or env.get("CI_COMMIT_REF_NAME")
+    if not ref:
+        return None
+    found = _PR_REF.match(ref)
+    return f"PR #{found[1]}" if found else _clip(ref)
+
+
+@dataclass(frozen=True)
+class Ancestry:
+    """Whether the checkout contains the live revision: True, False, or None with why git cannot tell."""
+
+    contains: bool | None
+    why: str = ""
+
+
+def contains(tasks_dir: Path, live: str) -> Ancestry:
+    """`git merge-base --is-ancestor LIVE HEAD` in the tasks directory."""
+    top = _git(tasks_dir, "rev-parse", "--is-shallow-repository")
+    if top is None:
+        return Ancestry(None, "git is not installed")
+    if top.returncode != 0:
+        return Ancestry(None, f"{tasks_dir} is not in a git repository")
+    shallow = top.stdout.strip() == "true"
+    known = _git(tasks_dir, "cat-file", "-e", f"{live}^{{commit}}")
+    if known is None or known.returncode != 0:
+        why = "the clone is shallow" if shallow else "git does not know that commit"
+        return Ancestry(None, f"{why}; fetch more history (e.g. fetch-depth: 0)")
+    answer = _git(tasks_dir, "merge-base", "--is-ancestor", live, "HEAD")
+    if answer is None or answer.returncode not in (0, 1):
+        return Ancestry(None, "git merge-base failed")
+    if answer.returncode == 1 and shallow:
+        return Ancestry(None, "the clone is shallow; fetch more history (e.g. fetch-depth: 0)")
+    return Ancestry(answer.returncode == 0)
+
+
+def verdict(tasks_dir: Path, live: LiveRevision | None, allow_older: bool) -> tuple[str | None, str | None]:
+    """(refusal, warning) about applying this checkout over the live revision."""
+    if live is None:
+        return None, None
+    found = contains(tasks_dir, live.revision)
+    when = live.applied_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if found.contains is None:
+        return None, (
+            f"cannot tell whether this checkout contains the live revision {live.short} (applied {when}): {found.why}"
+        )
+    if found.contains:
+        return None, None
+    if allow_older:
+        return None, f"this checkout is behind the live revision {live.short}; applying it anyway (--allow-older)"
+    return (
+        f"this checkout is behind the live revision {live.short} applied at {when}; "
+        "rebase onto it (or pass --allow-older to roll back on purpose)"
+    ), None
