@@ -28,7 +28,7 @@ pytestmark = pytest.mark.chaos
 TASKS = 100
 EVERY = 3  # seconds: 100 tasks x 20 occurrences = 2,000 over 60 s
 SCHEDULE_SECONDS = 60
-KILL_EVERY = (3.0, 6.0)  # seconds between kills, drawn at random
+KILL_EVERY = (3.0, 5.0)  # seconds between kills, drawn at random
 RESTART_DB_AT = 30.0  # seconds into the schedule
 TERMINAL = {"succeeded", "failed", "missed", "skipped", "lost"}
 SEED = int(os.environ.get("CHAOS_SEED", "20261203"))
@@ -80,11 +80,17 @@ def write_tasks(root: Path, url: str, start: datetime, end: datetime) -> None:
 
 def holding_slow_run(dsn: str, fleet: Fleet) -> int:
     """The slot of an engine with a slow-target run in flight: slow runs start every 3 s and
-    last 1.5 s, so one is in flight within 4 s (else, or while the database restarts, slot 0)."""
+    last 1.5 s, so one is in flight within 4 s (else, or while the database restarts, slot 0).
+
+    A run is `running` from its claim on, so the holder is found at the claim; the kill comes
+    0.5 s later, while the slow runs are still in flight. (A kill at the claim itself loses the
+    whole claimed batch, unfired, and skips each task's next occurrence while the leases
+    last: correct, but it would be the test's only kind of loss.)"""
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:
         slot = _slow_run_holder(dsn, fleet)
         if slot is not None:
+            time.sleep(0.5)
             return slot
         time.sleep(0.05)
     return 0
@@ -138,7 +144,8 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
                 time.sleep(1.0)
                 server.start()
                 restarted_db = True
-            if now >= next_kill:
+            # No kill in the last seconds: a replacement must be up (signal handlers set) before the stop.
+            if now >= next_kill and now - began < SCHEDULE_SECONDS - 8:
                 slot = holding_slow_run(dsn, fleet) if len(kills) % 2 == 0 else rng.randrange(3)
                 kills.append((round(time.monotonic() - began, 1), fleet.kill(slot)))
                 fleet.start(slot)
@@ -146,6 +153,8 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
             time.sleep(0.05)
         # Leases of killed engines expire after timeout (2 s) x attempts + backoff + margin (3 s).
         wait_until(lambda: settled(dsn, len(expected)), 60, step=0.5)
+        live = {engine.engine_id for engine in fleet.procs.values()}
+        assert wait_until(lambda: live <= registered(dsn), 60), "a replacement engine never registered"
     finally:
         codes = fleet.stop()
         with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
@@ -168,7 +177,7 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     )
     print(f"kills (s into the schedule, engine): {kills}")
 
-    assert restarted_db and len(kills) >= 8
+    assert restarted_db and len(kills) >= 6
     assert codes == [0, 0, 0]
     assert duplicates == 0
     assert set(occurrences) == expected  # every occurrence recorded, exactly once
@@ -177,4 +186,6 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     assert leases == []  # every lease freed, the killed engines' ones by expiry
     attempts = Counter(a for _, a in keys)
     assert attempts["2"] >= 1  # retries happened, each attempt sent once
-    assert statuses["succeeded"] >= len(expected) * 0.75, statuses
+    # A sanity bound, not a guarantee: a kill loses its engine's runs in flight, and a kill that
+    # lands right at a claim loses the whole claimed batch (~100 runs) and skips the next tick's.
+    assert statuses["succeeded"] >= len(expected) * 0.6, statuses
