@@ -63,6 +63,13 @@ def bounded(kind: Callable[[str], Number], low: Number, high: Number, above: boo
     return parse
 
 
+def revision_name(text: str) -> str:
+    """An argparse type: a revision as git or a person writes it, 1-200 printable characters."""
+    if not 0 < len(text) <= 200 or not text.isprintable() or text != text.strip():
+        raise argparse.ArgumentTypeError("a revision is 1 to 200 printable characters without surrounding spaces")
+    return text
+
+
 def host_port(text: str) -> str:
     """An argparse type: HOST:PORT with a port 0-65535; an IPv6 host goes in brackets."""
     match = HOST_PORT.fullmatch(text)
@@ -154,7 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     apply = add("apply", commands.cmd_apply, "apply the diff in one transaction")
     apply.add_argument("planfile", nargs="?", metavar="PLANFILE")
     _verdict_options(apply)
-    apply.add_argument("--revision", help="the revision applied (default: CI variables, else git HEAD of --tasks-dir)")
+    apply.add_argument(
+        "--revision",
+        type=revision_name,
+        help="the revision applied (default: git HEAD of --tasks-dir, else CI variables)",
+    )
 
     watch = add("watch", commands.cmd_watch, "apply whenever the task files change")
     watch.add_argument("--no-prune", action="store_true")

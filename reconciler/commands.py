@@ -170,14 +170,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return await read_plan(store, tasks, args.source, utcnow(), options)
 
     plan = with_store(args, work, init=False)
-    for conflict in plan.conflicts:
-        err(str(conflict))
     if args.out and not plan.refused:
         Path(args.out).write_text(planview.plan_json(plan) + "\n")
         print(f"saved plan to {args.out}; apply it with: reconciler apply {args.out}")
     print(show_plan(plan, args.format))
     if plan.refused:
-        err(f"apply would refuse this plan: {'; '.join(plan.refused)}")
+        for reason in plan.refused:  # conflicts among them, as file:line: key: message
+            err(render.safe(reason))
+        not_saved = f"; {args.out} was not saved" if args.out else ""
+        err(f"apply with these options would refuse this plan ({len(plan.refused)} reason(s)){not_saved}")
         return EXIT_ERROR
     return EXIT_CHANGES if args.detailed_exitcode and plan.has_changes else EXIT_OK
 
@@ -220,7 +221,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def _local(moment: datetime | None, zone: str) -> str:
     if moment is None:
         return "-"
-    return moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+    try:
+        return moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+    except (KeyError, ValueError, OSError):  # a zone edited by hand (ZoneInfoNotFoundError is a KeyError)
+        return "(unknown zone)"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -267,16 +271,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"tasks": items, "engines": live, "live_revisions": applied}, indent=2))
         return EXIT_OK
+    lines = []
     for r in applied:
-        by = f" by {render.safe(r['author'])}" if r["author"] else ""
-        print(f"source {render.safe(r['source'])}: live revision {r['revision']} (applied {r['applied_at']}{by})")
-    print(f"{'TASK':32} {'ENABLED':7} {'NEXT RUN (local)':24} {'NEXT RUN (UTC)':26} {'LAST':10} DRIFT")
+        by = f" by {r['author']}" if r["author"] else ""
+        lines.append(f"source {r['source']}: live revision {r['revision'] or '(none)'} (applied {r['applied_at']}{by})")
+    lines.append(f"{'TASK':32} {'ENABLED':7} {'NEXT RUN (local)':24} {'NEXT RUN (UTC)':26} {'LAST':10} DRIFT")
     for item in items:
-        print(
+        lines.append(
             f"{item['id']:32} {'yes' if item['enabled'] else 'no':7} {item['next_run_local']:24} "
             f"{item['next_run_at'] or '-':26} {item['last_status'] or '-':10} {'DRIFT' if item['drift'] else ''}"
         )
-    print(f"{len(live)} live engine(s)" + "".join(f"\n  {e['engine_id']} ({e['host']} pid {e['pid']})" for e in live))
+    lines.append(f"{len(live)} live engine(s)")
+    lines += [f"  {e['engine_id']} ({e['host']} pid {e['pid']})" for e in live]
+    print("\n".join(map(render.safe, lines)))  # ids, hosts and revisions may come from anywhere
     return EXIT_OK
 
 
@@ -392,7 +399,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         changed = row["revision"] or "unknown (applied without a revision)"
         return [*lines[:1], f"last changed by revision {changed} at {render.iso(row['updated_at'])}", *lines[1:]]
 
-    print("\n".join(render.safe(line) for line in with_store(args, work)))
+    print("\n".join(render.safe(mask_text(line)) for line in with_store(args, work)))
     return EXIT_OK
 
 
@@ -412,10 +419,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{'RUN':>7} {'TASK':28} {'SCHEDULED FOR (UTC)':26} {'KIND':9} {'STATUS':10} {'TRY':>3} {'HTTP':>4} ERROR")
     for r in rows:
-        print(
+        line = (
             f"{r['id']:>7} {r['task_id']:28} {render.iso(r['scheduled_for']) or '-':26} {r['kind']:9} "
-            f"{r['status']:10} {r['attempt']:>3} {r['http_status'] or '-':>4} {render.safe(r['error'] or '')}"
+            f"{r['status']:10} {r['attempt']:>3} {r['http_status'] or '-':>4} {r['error'] or ''}"
         )
+        print(render.safe(line))
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ from datetime import date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import tomli_w
 from pydantic import BaseModel
@@ -192,6 +193,8 @@ def _scrub_secrets(task_id: str, spec: dict[str, Any], names: Placeholders) -> t
             for key, value in list(table.items()):
                 if isinstance(value, str) and is_credential_name(key):
                     replace(table, where, key, f"target.{section}.{printable(key)}")
+    if isinstance(target.get("url"), str):
+        target["url"] = _scrub_url(task_id, target, names, warnings)
     auth = target.get("auth")
     if isinstance(auth, dict):
         model = _submodel(Target.model_fields["auth"], auth)
@@ -200,6 +203,34 @@ def _scrub_secrets(task_id: str, spec: dict[str, Any], names: Placeholders) -> t
             if info.annotation is EnvRef and isinstance(auth.get(key), str):
                 replace(auth, "auth", key, f"target.auth.{key}")
     return {**spec, "target": target}, warnings
+
+
+def _scrub_url(task_id: str, target: dict[str, Any], names: Placeholders, warnings: list[str]) -> str:
+    """target.url without userinfo (dropped: basic auth is target.auth) and without credential query
+    values (moved to target.query as `{ env = … }` placeholders)."""
+    url = str(target["url"])
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url  # validation names it when the exported file is loaded
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = netloc.rpartition("@")[2]
+        warnings.append(f"{task_id}: target.url held credentials before the host; dropped (use target.auth)")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    secret = [k for k, _ in pairs if is_credential_name(k)]
+    query = parts.query
+    if secret:
+        query = urlencode([(k, v) for k, v in pairs if not is_credential_name(k)])
+        table = target["query"] = dict(target.get("query") or {})
+        for key in secret:
+            env = names.name(task_id, "query", key)
+            table[key] = {"env": env}
+            warnings.append(
+                f"{task_id}: target.url held a literal {printable(key)} in its query string; written as "
+                f"target.query.{printable(key)} = {{ env = {json.dumps(env)} }}; set that variable for the engines"
+            )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _without_nulls(value: Any, path: str, dropped: list[str]) -> Any:

@@ -15,10 +15,17 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 from reconciler.models import is_credential_name
 
 MASK = "***"
+# An http(s) URL in free text: masked as a whole by mask_url (userinfo, query, fragment).
+_URL = re.compile(r"https?://[^\s'\"<>]+", re.I)
 # scheme://user:password@host — in free text (error messages, old rows).
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-# key=value pairs of a DSN or query string whose key is a credential name.
-_PAIR = re.compile(r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|[^\s&;,]+)")
+# key=value (or key: value) pairs of a DSN, query string or log line whose key is a credential name.
+_PAIR = re.compile(
+    r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*=\s*|:\s+)"
+    r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;,#]+)"
+)
+# An HTTP credential written out: `Bearer abc`, `Basic dXNlcjpw`, `Token abc`.
+_SCHEME_CREDENTIAL = re.compile(r"\b(?P<scheme>Bearer|Basic|Token|Digest)\s+[A-Za-z0-9._~+/=-]{4,}", re.I)
 
 
 def mask_url(url: str) -> str:
@@ -30,19 +37,22 @@ def mask_url(url: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(is_credential_name(k) for k, _ in pairs):
-            query = "&".join(
-                f"{quote(k, safe='')}={MASK if is_credential_name(k) else quote(v, safe='')}" for k, v in pairs
-            )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, _mask_pairs(parts.query), _mask_pairs(parts.fragment)))
+
+
+def _mask_pairs(text: str) -> str:
+    """A query string (or a fragment written like one, `#access_token=…`) with credential values masked."""
+    pairs = parse_qsl(text, keep_blank_values=True)
+    if not any(is_credential_name(k) for k, _ in pairs):
+        return text
+    return "&".join(f"{quote(k, safe='')}={MASK if is_credential_name(k) else quote(v, safe='')}" for k, v in pairs)
 
 
 def mask_text(text: str) -> str:
     """Free text with URL userinfo and `secret=value` pairs masked."""
+    text = _URL.sub(lambda m: mask_url(m[0]), text)
     text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    text = _SCHEME_CREDENTIAL.sub(lambda m: f"{m['scheme']} {MASK}", text)
     return _PAIR.sub(lambda m: f"{m['key']}{m['eq']}{MASK}" if is_credential_name(m["key"]) else m[0], text)
 
 
@@ -56,7 +66,7 @@ def mask_value(key: str, value: Any) -> Any:
         return value
     if key == "url" or key.endswith("_url"):
         return mask_url(value)
-    return MASK if is_credential_name(key) else value
+    return MASK if is_credential_name(key) else mask_text(value)
 
 
 def mask_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import re
 from datetime import date, datetime, time
 from functools import lru_cache
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -390,6 +390,13 @@ def check_url(value: str) -> str:
         )
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError("not an http:// or https:// URL")
+    secret = next((k for k, _ in parse_qsl(parts.query, keep_blank_values=True) if is_credential_name(k)), None)
+    if secret is not None:
+        name = secret if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", secret) else "NAME"
+        raise ValueError(
+            f"a credential in the URL's query string ({name}) is not allowed; "
+            f'write target.query = {{ {name} = {{ env = "VARIABLE" }} }} instead'
+        )
     match = HOST_PORT.fullmatch(parts.netloc)
     if not match:
         raise ValueError(f"{parts.netloc!r} is not HOST or HOST:PORT")

@@ -8,7 +8,6 @@ comment: past a budget, the remaining changes are listed by id only.
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from typing import Any
@@ -25,7 +24,8 @@ COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift"
 DIFF_MARKS = {"create": "+", "delete": "-", "update": "!", "move": "!"}
 EMOJI = {"create": "🟢", "update": "🟡", "move": "🔵", "delete": "🔴", "drift": "🟣", "noop": "⚪"}
 GITHUB_COMMENT_LIMIT = 65_536
-MARKDOWN_BUDGET = 60_000  # characters of a comment; the rest of the limit is headroom for the workflow's marker
+MARKDOWN_BUDGET = 64_000  # characters of a comment; the rest of the limit is headroom for the workflow's lines
+LISTED_MESSAGES = 20  # refusals or warnings shown in a comment
 POLICY_DEFAULTS = Policy().model_dump(mode="json")
 
 
@@ -38,8 +38,8 @@ def _value(path: str, value: object) -> str:
 
 def target_summary(spec: dict[str, Any]) -> str:
     """`POST https://host/path (auth bearer; headers A, B; body json 120 B; timeout 10 s)`."""
-    target = spec.get("target") if isinstance(spec.get("target"), dict) else {}
-    assert isinstance(target, dict)
+    found = spec.get("target")
+    target: dict[str, Any] = found if isinstance(found, dict) else {}
     parts: list[str] = []
     auth = target.get("auth")
     if isinstance(auth, dict):
@@ -54,8 +54,11 @@ def target_summary(spec: dict[str, Any]) -> str:
         parts.append(f"body json {len(json.dumps(target['json'], separators=(',', ':')).encode())} B")
     elif isinstance(target.get("body"), str):
         parts.append(f"body text {len(target['body'].encode())} B")
-    if "timeout_seconds" in target:
-        parts.append(f"timeout {target['timeout_seconds']:g} s")
+    timeout = target.get("timeout_seconds")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        parts.append(f"timeout {timeout:g} s")
+    elif timeout is not None:
+        parts.append(f"timeout {json.dumps(timeout)}")
     url = mask_url(str(target.get("url", "?")))
     return f"{target.get('method', 'POST')} {url}" + (f" ({'; '.join(parts)})" if parts else "")
 
@@ -130,7 +133,7 @@ def summary_line(plan: Plan) -> str:
 def _footer(plan: Plan) -> list[str]:
     out = []
     if plan.live is not None:
-        out.append(f"live revision {plan.live.revision} (applied {iso(plan.live.applied_at)})")
+        out.append(f"live revision {plan.live.revision or '(none)'} (applied {iso(plan.live.applied_at)})")
     out.append(f"plan digest {plan.digest}")
     return out
 
@@ -192,7 +195,7 @@ def change_diff(change: Change) -> list[str]:
 
 def _section(change: Change) -> str:
     kind = "drift" if change.drift and not change.fields and change.op == "update" else change.op
-    title = html.escape(safe(_head(change)))
+    title = md_text(_head(change))
     return f"<details><summary>{EMOJI[kind]} {title}</summary>\n\n{fence(change_diff(change), 'diff')}\n\n</details>"
 
 
@@ -203,49 +206,108 @@ def _summary_table(plan: Plan) -> list[str]:
     return ["| | change | tasks |", "|---|---|---:|", *(f"| {EMOJI[k]} | {label} | {s[k]} |" for k, label in rows)]
 
 
-def _remaining(changes: list[Change]) -> list[str]:
+def md_text(text: str) -> str:
+    """Text for markdown outside code: every character but letters, digits, space, `.`, `/` and `-`
+    as an HTML entity, so nothing in it is markup, a mention or a reference."""
+    return re.sub(r"[^A-Za-z0-9 ./-]", lambda m: f"&#{ord(m[0])};", safe(text))
+
+
+def _ranges(names: list[str]) -> list[str]:
+    """Sorted names with runs of consecutive numbers (same prefix, same width) as `prefix{0001..0420}`."""
+    out: list[str] = []
+    run: list[tuple[str, str]] = []  # (prefix, digits) of the current run
+
+    def close() -> None:
+        if len(run) >= 3:
+            out.append(f"{run[0][0]}{{{run[0][1]}..{run[-1][1]}}}")
+        else:
+            out.extend(prefix + digits for prefix, digits in run)
+        run.clear()
+
+    for name in names:
+        found = re.fullmatch(r"(.*?)(\d+)", name)
+        if found is None:
+            close()
+            out.append(name)
+            continue
+        prefix, digits = found[1], found[2]
+        last = run[-1] if run else None
+        if not (last and last[0] == prefix and len(last[1]) == len(digits) and int(last[1]) + 1 == int(digits)):
+            close()
+        run.append((prefix, digits))
+    close()
+    return out
+
+
+def id_listing(ids: list[str]) -> str:
+    """Ids grouped by folder, numbered runs as ranges: `team/` a, b, check-{0001..0420}."""
+    folders: dict[str, list[str]] = {}
+    for task_id in sorted(ids):
+        folder, slash, name = task_id.rpartition("/")
+        folders.setdefault(folder + slash, []).append(name)
+    parts = []
+    for folder, names in folders.items():
+        listed = ", ".join(md_text(name) for name in _ranges(names))
+        parts.append(f"<code>{md_text(folder)}</code> {listed}" if folder else listed)
+    return " · ".join(parts)
+
+
+def _remaining(changes: list[Change], room: int) -> list[str]:
+    """The ids of changes without a details block, by kind, within `room` characters."""
     by_op: dict[str, list[str]] = {}
     for change in changes:
-        by_op.setdefault(change.op, []).append(f"`{change.id}`")
-    return [f"{EMOJI[op]} {op}: {', '.join(ids)}" for op, ids in by_op.items()]
+        by_op.setdefault(change.op, []).append(change.id)
+    lines = [f"{EMOJI[op]} **{op}** ({len(ids)}): {id_listing(ids)}" for op, ids in by_op.items()]
+    out: list[str] = []
+    left = room - 200
+    for line in lines:
+        if len(line) + 2 > left:  # cut between two ids (", " and " · " never occur inside an escaped id)
+            cut = max(line.rfind(", ", 0, left), line.rfind(" · ", 0, left))
+            out.append((line[:cut] if cut > 0 else "") + " … and more: too many ids to list here, see the job log")
+            break
+        out.append(line)
+        left -= len(line) + 2
+    return out
+
+
+def _capped(messages: list[str]) -> list[str]:
+    """Refusals or warnings for a comment: the first LISTED_MESSAGES, each at most 500 characters."""
+    shown = [safe(m if len(m) <= 500 else m[:497] + "…") for m in messages[:LISTED_MESSAGES]]
+    if len(messages) > LISTED_MESSAGES:
+        shown.append(f"… and {len(messages) - LISTED_MESSAGES} more (all of them in the job log)")
+    return shown
 
 
 def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
     """A pull-request comment: verdict, summary table, then one <details> block per change while
     they fit the budget, then the ids of the rest ("full plan in the job log")."""
-    source = html.escape(safe(plan.source))
-    head = [f"### reconciler plan (source <code>{source}</code>)", "", f"**{summary_line(plan)}**", ""]
+    head = [f"### reconciler plan (source <code>{md_text(plan.source)}</code>)", "", f"**{summary_line(plan)}**", ""]
     if plan.refused:
         head += ["⛔ **`apply` with these options would refuse this plan; nothing would be written:**", ""]
-        head += [fence([safe(r) for r in plan.refused], "text"), ""]
+        head += [fence(_capped(plan.refused), "text"), ""]
     if plan.warnings:
-        head += ["⚠️ **Warnings:**", "", fence([safe(w) for w in plan.warnings], "text"), ""]
+        head += ["⚠️ **Warnings:**", "", fence(_capped(plan.warnings), "text"), ""]
     head += [*_summary_table(plan), ""]
     changes = shown(plan)
     if not changes:
         head += ["No changes. The database matches the task files.", ""]
-    tail = ["<sub>" + " · ".join(html.escape(safe(item)) for item in _footer(plan)) + "</sub>"]
+    tail = ["<sub>" + " · ".join(md_text(item) for item in _footer(plan)) + "</sub>"]
     used = sum(len(line) + 1 for line in head + tail)
-    ids_left = sum(len(c.id) + 8 for c in changes) + 200
+    listing = len(id_listing([c.id for c in changes])) + 300  # what listing every id by kind takes
     body: list[str] = []
     placed = 0
     for change in changes:
         section = _section(change)
-        ids_left -= len(change.id) + 8
-        if used + len(section) + 2 + ids_left > budget:
+        if used + len(section) + 2 + listing > budget:
             break
         body += [section, ""]
         used += len(section) + 2
         placed += 1
     rest = changes[placed:]
     if rest:
-        body += [f"**{len(rest)} more change(s)** — full plan in the job log:", ""]
-        listing = "\n\n".join(_remaining(rest))
-        room = max(0, budget - used - 100)
-        body.append(listing if len(listing) <= room else listing[:room].rpartition(",")[0] + ", … (cut to fit)")
-        body.append("")
-    text = "\n".join(head + body + tail)
-    return text[:GITHUB_COMMENT_LIMIT]
+        body += [f"**{len(rest)} more change(s)**, full plan in the job log:", ""]
+        body += [line + "\n" for line in _remaining(rest, budget - used)]
+    return "\n".join(head + body + tail)
 
 
 # ---------------------------------------------------------------- json
@@ -257,7 +319,9 @@ def _masked(spec: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def change_dict(change: Change) -> dict[str, object]:
     writes = change.writes or change.drift
-    before = _masked(change.row.spec) if writes and change.row is not None else None
+    row = change.row
+    live = {**row.spec, "enabled": row.enabled, "timezone": row.timezone} if writes and row is not None else None
+    before = _masked(live)
     after = _masked(change.task.normalized) if writes and change.task is not None and change.op != "delete" else None
     return {
         "op": change.op,

@@ -13,7 +13,7 @@ import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 GIT_TIMEOUT = 10.0
@@ -45,12 +45,12 @@ class Revision:
 class LiveRevision:
     """The revision last applied for a source."""
 
-    revision: str
+    revision: str | None  # None: the newest apply did not know its revision
     applied_at: datetime
 
     @property
     def short(self) -> str:
-        return short(self.revision)
+        return short(self.revision) if self.revision else "(none)"
 
 
 def short(revision: str) -> str:
@@ -81,16 +81,18 @@ def _clip(text: str | None) -> str | None:
 
 
 def detect(tasks_dir: Path, explicit: str | None, env: Mapping[str, str] = os.environ) -> Revision:
-    """--revision, else a CI system's commit variable, else `git rev-parse HEAD` of the tasks directory."""
+    """--revision, else `git rev-parse HEAD` of the tasks directory, else a CI system's commit variable."""
     reference = _reference(env)
     author = env.get("GITHUB_ACTOR") or env.get("GITLAB_USER_LOGIN")
-    revision = explicit or next((env[name] for name in CI_COMMIT_VARIABLES if env.get(name)), None)
     message = None
+    revision = explicit
     head = _git(tasks_dir, "log", "-1", "--format=%H%x00%an%x00%s", "HEAD")
     if head is not None and head.returncode == 0 and head.stdout.count("\0") == 2:
         sha, git_author, subject = head.stdout.strip("\n").split("\0")
-        if revision is None or revision == sha:
+        if revision is None or revision == sha:  # the checkout's own HEAD: what the ancestry check compares
             revision, author, message = sha, author or git_author, subject
+    if revision is None:  # no git here (an archive, a container): the CI system's commit
+        revision = next((env[name] for name in CI_COMMIT_VARIABLES if env.get(name)), None)
     return Revision(_clip(revision), _clip(author), _clip(message), reference)
 
 
@@ -134,8 +136,13 @@ def verdict(tasks_dir: Path, live: LiveRevision | None, allow_older: bool) -> tu
     """(refusal, warning) about applying this checkout over the live revision."""
     if live is None:
         return None, None
+    when = live.applied_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if live.revision is None:  # worth a word only where there is a revision to compare
+        in_git = _git(tasks_dir, "rev-parse", "--git-dir")
+        if in_git is None or in_git.returncode != 0:
+            return None, None
+        return None, f"the live tasks were applied without a revision at {when}; this checkout cannot be checked"
     found = contains(tasks_dir, live.revision)
-    when = live.applied_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     if found.contains is None:
         return None, (
             f"cannot tell whether this checkout contains the live revision {live.short} (applied {when}): {found.why}"

@@ -142,8 +142,9 @@ class TaskRow:
 
     @cached_property
     def spec(self) -> dict[str, Any]:
-        parsed: dict[str, Any] = json.loads(self.spec_text)
-        return parsed
+        """The stored spec; one that is not a JSON object (edited by hand) shows as a single `spec` field."""
+        parsed = json.loads(self.spec_text)
+        return parsed if isinstance(parsed, dict) else {"spec": parsed}
 
     @classmethod
     def from_row(cls, row: Row) -> TaskRow:

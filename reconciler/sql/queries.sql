@@ -58,15 +58,15 @@ VALUES (%(source)s, %(revision)s, %(author)s, %(message)s, %(reference)s, %(now)
 RETURNING id;
 
 -- name: applies_live
--- The live revision of a source: the newest apply that knew its revision.
+-- The live revision of a source: its newest apply's (NULL when that apply did not know one).
 SELECT revision, applied_at FROM scheduler.applies
- WHERE source = %(source)s AND revision IS NOT NULL
+ WHERE source = %(source)s
  ORDER BY id DESC LIMIT 1;
 
 -- name: applies_live_sources
 -- `status`: each source's live revision.
 SELECT DISTINCT ON (source) source, revision, applied_at, author
-  FROM scheduler.applies WHERE revision IS NOT NULL
+  FROM scheduler.applies
  ORDER BY source, id DESC;
 
 -- name: applies_list

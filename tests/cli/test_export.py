@@ -330,6 +330,7 @@ def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stor
     spec["target"]["headers"] = {"Authorization": "Bearer hunter2-header", "X-Tenant": "eu"}
     spec["target"]["query"] = {"sig": "hunter2-query", "page": "2"}
     spec["target"]["auth"] = {"kind": "bearer", "token": "hunter2-token"}
+    spec["target"]["url"] = "http://admin:hunter2-userinfo@127.0.0.1:9/s?token=hunter2-url&x=1"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "UPDATE scheduler.tasks SET spec = %s, spec_hash = %s, spec_digest = NULL WHERE id = 'old/secret'",
@@ -342,14 +343,19 @@ def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stor
     code, out, err = cli(capsys, dsn, "export", "--out-dir", str(out_dir))
     assert code == 0 and out.startswith("exported 2 task(s)"), err
     warnings = err.splitlines()
-    assert all(line.startswith("warning: ") for line in warnings) and len(warnings) == 4, err
+    assert all(line.startswith("warning: ") for line in warnings) and len(warnings) == 6, err
     assert "hunter2" not in out + err + "".join(p.read_text() for p in out_dir.rglob("*.toml"))
     secret = tomllib.loads((out_dir / "old" / "secret.toml").read_text())
     assert secret["target"]["headers"] == {
         "Authorization": {"env": "EXPORTED_OLD_SECRET_HEADER_AUTHORIZATION"},
         "X-Tenant": "eu",
     }
-    assert secret["target"]["query"] == {"sig": {"env": "EXPORTED_OLD_SECRET_QUERY_SIG"}, "page": "2"}
+    assert secret["target"]["query"] == {
+        "sig": {"env": "EXPORTED_OLD_SECRET_QUERY_SIG"},
+        "page": "2",
+        "token": {"env": "EXPORTED_OLD_SECRET_QUERY_TOKEN"},
+    }
+    assert secret["target"]["url"] == "http://127.0.0.1:9/s?x=1"  # userinfo dropped, the token moved to query
     assert secret["target"]["auth"] == {"kind": "bearer", "token": {"env": "EXPORTED_OLD_SECRET_AUTH_TOKEN"}}
     assert any("old/secret: target.headers.Authorization held a literal secret" in w for w in warnings)
     assert any("old/secret: target.auth.token held a literal secret" in w for w in warnings)
@@ -372,6 +378,8 @@ def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stor
         "target.headers.Authorization.env",
         "target.query.sig",
         "target.query.sig.env",
+        "target.query.token.env",
+        "target.url",
     }
 
 

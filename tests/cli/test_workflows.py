@@ -136,6 +136,9 @@ def test_workflows_are_valid_and_wired() -> None:
     for flow in (plan, apply):
         [job] = flow["jobs"].values()
         assert job["env"]["RECONCILER_DSN"] == "${{ secrets.RECONCILER_DSN }}"
+        # A shallow clone cannot tell whether it contains the live revision: the check would only warn.
+        [checkout] = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+        assert checkout["with"]["fetch-depth"] == 0
         for item in job["steps"]:
             assert "${{" not in item.get("run", ""), "expressions belong in env:, not in scripts"
     assert "reconciler plan --format markdown --detailed-exitcode" in step(plan, "plan")["run"]

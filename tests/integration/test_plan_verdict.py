@@ -149,3 +149,34 @@ def test_plan_on_a_fresh_database_writes_nothing(dsn: str, tmp_path: Path, capsy
     code, out, _ = cli(capsys, dsn, tasks, "plan", "--format", "json")
     assert code == 0 and json.loads(out)["schema_missing"] is True
     assert catalog_objects(dsn) == []
+
+
+def test_outputs_mask_secrets_and_escape_control_characters_from_the_database(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.d"
+    write(tasks, ["a"])
+    assert cli(capsys, dsn, tasks, "apply")[0] == 0
+    with pytest.raises(SystemExit) as usage:  # argparse exits: a usage error, code 1
+        main(["--dsn", dsn, "--tasks-dir", str(tasks), "apply", "--revision", "v1\x1b]0;pwned\x07"])
+    assert usage.value.code == 1 and "printable" in capsys.readouterr().err
+    code, out, _ = cli(capsys, dsn, tasks, "history")
+    assert code == 0 and "(no revision)" in out
+    code, out, _ = cli(capsys, dsn, tasks, "status")
+    assert code == 0 and "live revision (none)" in out
+    with psycopg.connect(dsn, autocommit=True) as conn:  # what an older version or a person wrote
+        conn.execute(
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, error) "
+            "VALUES ('a', now(), 'scheduled', 'failed', 1, "
+            "'connect to https://bob:RUNPW@x.example/?token=RUNTOK \x1b[2J')"
+        )
+        conn.execute(
+            "INSERT INTO scheduler.tasks (id, source, spec, spec_hash, timezone) "
+            "SELECT E'evil\\x1b]0;T\\x07', 'other', spec, spec_hash, 'Nowhere/Zone' FROM scheduler.tasks WHERE id = 'a'"
+        )
+        conn.execute("UPDATE scheduler.tasks SET next_run_at = now() WHERE source = 'other'")
+    for command in (["explain", "a"], ["runs"], ["runs", "--format", "json"], ["status"], ["history"]):
+        code, out, err = cli(capsys, dsn, tasks, *command)
+        assert code == 0, (command, err)
+        assert "RUNPW" not in out and "RUNTOK" not in out and "\x1b" not in out, (command, out)
+    assert "(unknown zone)" in cli(capsys, dsn, tasks, "status")[1]

@@ -3,12 +3,15 @@ break out of its fence or reach a terminal raw, secrets masked, every change kin
 
 from __future__ import annotations
 
+import html
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,20 +55,56 @@ def fences_hold(markdown: str) -> None:
     assert open_fence is None
 
 
-def test_markdown_for_2000_new_tasks_fits_a_comment_and_names_every_id() -> None:
-    tasks = [one(f"team-{i % 7}/task-number-{i:05d}") for i in range(2000)]
-    plan = make_plan(tasks, [], "default", NOW)
-    text = planview.plan_markdown(plan)
-    assert len(text) <= planview.GITHUB_COMMENT_LIMIT
-    assert all(f"`{t.id}`" in text or f"create {t.id}" in text for t in tasks)
-    assert "more change(s)** — full plan in the job log" in text
+def named_ids(markdown: str) -> set[str]:
+    """Every id a comment names: in a details summary, or in the id listing (folders, ranges)."""
+    text = html.unescape(markdown)
+    ids = set(re.findall(r"<summary>\S+ (?:create|update|delete) (\S+)</summary>", text))
+    ids |= set(re.findall(r"<summary>\S+ move \S+ → (\S+)</summary>", text))
+    for line in re.findall(r"^\S+ \*\*\w+\*\* \(\d+\): (.*)$", text, re.M):
+        for group in line.split(" · "):
+            folder, _, names = group.rpartition("</code> ")
+            folder = folder.removeprefix("<code>")
+            for name in names.split(", "):
+                found = re.fullmatch(r"(.*)\{(\d+)\.\.(\d+)\}", name)
+                if found:
+                    width = len(found[2])
+                    span = range(int(found[2]), int(found[3]) + 1)
+                    ids |= {f"{folder}{found[1]}{n:0{width}d}" for n in span}
+                else:
+                    ids.add(folder + name)
+    return ids
+
+
+@pytest.mark.parametrize(
+    "make_id",
+    [
+        lambda i: f"team-{i % 7}/task-number-{i:05d}",
+        lambda i: f"team-platform-observability/synthetic-check-number-{i:04d}",
+        lambda i: f"team-{i % 13}/{'abcdefghij'[i % 10]}{'klmnopqrst'[i // 10 % 10]}-check-{i * 7919 % 10007}",
+    ],
+    ids=["short", "long-numbered", "scattered"],
+)
+def test_markdown_for_2000_new_tasks_fits_a_comment_and_names_every_id(make_id: Callable[[int], str]) -> None:
+    tasks = [one(make_id(i)) for i in range(2000)]
+    text = planview.plan_markdown(make_plan(tasks, [], "default", NOW))
+    assert len(text) <= planview.MARKDOWN_BUDGET < planview.GITHUB_COMMENT_LIMIT - 1000
+    assert named_ids(text) == {t.id for t in tasks}
+    assert "more change(s)**, full plan in the job log" in text
     fences_hold(text)
 
 
-def test_markdown_budget_holds_for_long_ids_too() -> None:
+def test_markdown_budget_holds_for_long_ids_and_many_refusals() -> None:
     tasks = [one(f"{'x' * 60}/{'y' * 60}/n{i:04d}") for i in range(600)]
     text = planview.plan_markdown(make_plan(tasks, [], "default", NOW))
-    assert len(text) <= planview.GITHUB_COMMENT_LIMIT
+    assert len(text) <= planview.MARKDOWN_BUDGET and named_ids(text) == {t.id for t in tasks}
+    fences_hold(text)
+    rows = [row_of(t) for t in tasks]  # every file's id belongs to another source: 600 conflicts
+    plan = make_plan(
+        tasks, [TaskRow(r.id, "other", r.spec_text, r.spec_hash, True, "UTC", None) for r in rows], "me", NOW
+    )
+    plan.refused = [str(c) for c in plan.conflicts] * 4
+    text = planview.plan_markdown(plan)
+    assert len(text) <= planview.MARKDOWN_BUDGET and "… and 2380 more (all of them in the job log)" in text
     fences_hold(text)
 
 
@@ -78,7 +117,7 @@ def test_every_change_kind_is_marked_where_github_colours_it() -> None:
     diff_lines = [line for block in re.findall(r"```diff\n(.*?)\n```", text, re.S) for line in block.split("\n")]
     assert diff_lines and all(line[0] in "+-!" for line in diff_lines), diff_lines
     for marker in ("🟢 create fresh", "🟡 update edited", "🔵 move old-name → new-name", "🔴 delete gone"):
-        assert marker in text
+        assert marker in html.unescape(text)
 
 
 HOSTILE = "line\n```\n</details><script>alert(1)</script>\n````` \x1b[2J\x1b]0;owned\x07 \u202e evil \x9b31m"
@@ -94,6 +133,20 @@ def test_hostile_content_stays_in_its_fence_and_never_reaches_a_terminal_raw() -
     fences_hold(markdown)
     outside = re.sub(r"(?ms)^(`{3,})diff$.*?^\1$", "", markdown)
     assert "<script>" not in outside and "</details><script>" not in outside
+
+
+def test_hostile_ids_from_the_database_are_escaped_in_the_id_listing() -> None:
+    evil = "azzz`<img src=x onerror=alert(1)> @octocat [x](http://evil) \x1b[31m"
+    rows = [row_of(one(f"t{i:04d}")) for i in range(3000)]
+    rows.append(TaskRow(evil, "default", rows[0].spec_text, rows[0].spec_hash, True, "UTC", None))
+    plan = make_plan([], rows, "default", NOW)
+    markdown = planview.plan_markdown(plan)
+    assert len(markdown) <= planview.MARKDOWN_BUDGET
+    assert "\x1b" not in markdown
+    outside = re.sub(r"(?ms)^(`{3,})(diff|text)$.*?^\1$", "", markdown)  # fenced text is shown literally
+    for raw in ("<img", "@octocat", "](http", "`<"):
+        assert raw not in outside, raw
+    assert evil.replace("\x1b", "\\x1b") in html.unescape(markdown)  # named, shown as text
 
 
 @settings(max_examples=200, deadline=None)
@@ -153,3 +206,16 @@ def test_the_shipped_examples_plan_with_their_targets(tmp_path: Path) -> None:
     text = planview.plan_text(make_plan(loaded.tasks, [], "default", NOW))
     assert text.count("    target: ") == len(loaded.tasks)
     assert "auth oauth2_client_credentials" in text or "auth " in text
+
+
+def test_rows_edited_into_any_shape_still_render() -> None:
+    task = one("odd")
+    shapes = [
+        TaskRow("odd", "default", "[]", "x", True, "UTC", None, "1", True),  # not an object
+        TaskRow("odd", "default", '{"target": {"timeout_seconds": "30", "url": 5}}', "x", True, "Nowhere/Zone", None),
+        TaskRow("odd", "default", '{"target": [], "policy": 7, "enabled": "yes"}', "x", False, "UTC", None),
+    ]
+    for row in shapes:
+        for plan in (make_plan([task], [row], "default", NOW), make_plan([], [row], "default", NOW)):
+            for render in (planview.plan_text, planview.plan_markdown, planview.plan_json):
+                assert render(plan), (row, render)
