@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -155,7 +156,6 @@ def verdict_options(args: argparse.Namespace, saved: dict[str, Any] | None = Non
         expect_files=saved.get("files_fingerprint") if saved else None,
         allow_older=args.allow_older,
         checkout=Path(args.tasks_dir),
-        revision=detect(Path(args.tasks_dir), getattr(args, "revision", None)),
     )
 
 
@@ -206,7 +206,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     loaded = load_or_report(args)
     if loaded is None:
         return EXIT_ERROR
-    options = verdict_options(args, saved)
+    # Only apply records a revision; plan needs none, so it runs no `git log`.
+    options = replace(verdict_options(args, saved), revision=detect(Path(args.tasks_dir), args.revision))
     tasks = loaded.tasks
 
     async def work(store: Store) -> int:
@@ -345,8 +346,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     rows = with_store(args, work)
     if args.format == "json":
-        items = [{k: render.iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in rows]
-        print(json.dumps(items, indent=2, ensure_ascii=False))
+        print(json.dumps(render.json_rows(rows), indent=2, ensure_ascii=False))
         return EXIT_OK
     if not rows:
         print("no applies recorded" + (f" that changed {args.id}" if args.id else ""))
@@ -411,11 +411,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     rows = [{**r, "error": mask_text(r["error"]) if r["error"] else None} for r in with_store(args, work)]
     if args.format == "json":
-        print(
-            json.dumps(
-                [{k: render.iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in rows], indent=2
-            )
-        )
+        print(json.dumps(render.json_rows(rows), indent=2))
         return EXIT_OK
     print(f"{'RUN':>7} {'TASK':28} {'SCHEDULED FOR (UTC)':26} {'KIND':9} {'STATUS':10} {'TRY':>3} {'HTTP':>4} ERROR")
     for r in rows:

@@ -116,6 +116,11 @@ def _zone(change: Change) -> ZoneInfo:
     return ZoneInfo(change.task.spec.timezone if change.task is not None else "UTC")
 
 
+def _kind(change: Change) -> str:
+    """How a change is marked: "drift" for an update that only restores a drifted row, else its op."""
+    return "drift" if change.drift and change.op == "update" and not change.fields else change.op
+
+
 def shown(plan: Plan) -> list[Change]:
     """The changes a plan shows: every write, and drift."""
     return [c for c in plan.changes if c.writes or c.drift]
@@ -157,8 +162,7 @@ def plan_text(plan: Plan, colour: bool = False) -> str:
     for change in shown(plan):
         block = change_text(change)
         if colour:
-            drift_only = change.drift and change.op == "update" and not change.fields
-            code = COLOURS["drift"] if drift_only else COLOURS.get(change.op, "0")
+            code = COLOURS.get(_kind(change), "0")
             block[0] = f"\x1b[{code}m{block[0]}\x1b[0m"
         out.extend(block)
     if not plan.has_changes:
@@ -194,9 +198,8 @@ def change_diff(change: Change) -> list[str]:
 
 
 def _section(change: Change) -> str:
-    kind = "drift" if change.drift and not change.fields and change.op == "update" else change.op
-    title = md_text(_head(change))
-    return f"<details><summary>{EMOJI[kind]} {title}</summary>\n\n{fence(change_diff(change), 'diff')}\n\n</details>"
+    summary = f"<summary>{EMOJI[_kind(change)]} {md_text(_head(change))}</summary>"
+    return f"<details>{summary}\n\n{fence(change_diff(change), 'diff')}\n\n</details>"
 
 
 def _summary_table(plan: Plan) -> list[str]:

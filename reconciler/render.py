@@ -71,6 +71,11 @@ def iso(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat() if moment else None
 
 
+def json_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Database rows for `--format json`: datetimes as ISO text (UTC)."""
+    return [{k: iso(v) if isinstance(v, datetime) else v for k, v in row.items()} for row in rows]
+
+
 # ---------------------------------------------------------------- safe text
 
 # C0 and C1 controls, DEL, and the bidi overrides that reorder what a terminal or browser shows.
