@@ -42,8 +42,17 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument(
         "--dsn", default=default(None), help="PostgreSQL DSN (else RECONCILER_DSN, DATABASE_URL, embedded)"
     )
-    parser.add_argument("--source", default=default("default"), help="ownership label of this repo's tasks")
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=default(None),
+        help="ownership label of this repo's tasks (default `default`); `engine` takes it repeatedly: "
+        "claim only those sources' tasks (default: every source)",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default=default("text"))
+    parser.add_argument(
+        "--no-color", action="store_true", default=default(False), help="no ANSI colours (as does a non-empty NO_COLOR)"
+    )
 
 
 def bounded(kind: Callable[[str], Number], low: Number, high: Number, above: bool = False) -> Callable[[str], Number]:
@@ -193,10 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("id", nargs="?", metavar="ID")
     runs.add_argument("--limit", type=LIMIT, default=50)
     runs.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "missed", "skipped", "lost"])
+    runs.add_argument(
+        "-v", "--verbose", action="store_true", help="also the engine, the times and the stored response excerpt"
+    )
     fmt(runs, "json")
 
     trigger = add("trigger", commands.cmd_trigger, "queue one manual run now (schedule untouched)")
     trigger.add_argument("id", metavar="ID")
+    trigger.add_argument(
+        "--wait", action="store_true", help="follow the run: print its result, exit 0 if it succeeded, 1 if not"
+    )
+    cancel = add("cancel", commands.cmd_cancel, "cancel a manual run that is still queued")
+    cancel.add_argument("run_id", type=bounded(int, 1, 2**63 - 1), metavar="RUN_ID")
+    add("down", commands.cmd_down, "stop this project's embedded PostgreSQL (started by any command without --dsn)")
 
     explain = add("explain", commands.cmd_explain, "why a task did or did not fire around a time")
     explain.add_argument("id", metavar="ID")
@@ -217,10 +235,25 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 20, 20)
 
 
+def scope_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--source` as each command takes it: `engine` a set of sources to claim (`args.sources`,
+    empty for every source); the others one ownership label (`args.source`)."""
+    given: list[str] = args.source or []
+    for name in given:
+        if not name or not name.isprintable() or len(name) > 200:
+            parser.error(f"--source {name!r}: a source is 1 to 200 printable characters")
+    args.sources = tuple(dict.fromkeys(given))
+    if args.command != "engine" and len(args.sources) > 1:
+        parser.error(f"{args.command} takes one --source (only `engine` claims several)")
+    args.source = given[-1] if given else "default"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code."""
     tune_gc()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    scope_sources(parser, args)
     try:
         code: int = args.handler(args)
         return code

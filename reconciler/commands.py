@@ -21,12 +21,12 @@ from zoneinfo import ZoneInfo
 from reconciler import planview, render
 from reconciler.apply import ApplyOptions, apply_tasks, read_plan
 from reconciler.clock import utcnow
-from reconciler.embedded import resolve_dsn
+from reconciler.embedded import database_label, home_for, resolve_dsn, stop_embedded
 from reconciler.engine import Claimed, Engine, EngineConfig, Report, back_off, default_engine_id
 from reconciler.environment import EnvPolicy, globs, policy_errors
 from reconciler.errors import DatabaseUnavailable, UserError, one_line
 from reconciler.grants import grants_sql
-from reconciler.loader import LoadResult, load_dir
+from reconciler.loader import LoadResult, fire_warnings, load_dir
 from reconciler.logs import setup_logging
 from reconciler.masking import mask_text
 from reconciler.models import year_problem
@@ -70,9 +70,14 @@ def parse_instant(text: str, option: str) -> datetime:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+
     result = load_or_report(args)
     if result is None:
         return EXIT_ERROR
+    # Schedules that cannot fire are valid, so they warn on stderr and leave the exit code alone.
+    warnings = fire_warnings(result.tasks, utcnow())
+    for warning in warnings:
+        err(str(warning))
     if args.env_policy:
         problems = policy_errors(result.tasks, EnvPolicy(globs(args.allow_env)))
         for problem in problems:
@@ -80,7 +85,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if problems:
             err(f"{len(problems)} error(s) in {args.tasks_dir}: variables the engines will not let tasks read")
             return EXIT_ERROR
-    print(f"{len(result.tasks)} task file(s) in {args.tasks_dir} are valid")
+    noted = f" ({len(warnings)} warning(s) on stderr)" if warnings else ""
+    print(f"{len(result.tasks)} task file(s) in {args.tasks_dir} are valid{noted}")
     return EXIT_OK
 
 
@@ -106,7 +112,7 @@ def with_store(
     False: `plan` never writes), run `work`."""
 
     async def run() -> T:
-        async with Store(resolve_dsn(args.dsn), max_size=pool_size) as store:
+        async with Store(resolve_dsn(args.dsn, args.tasks_dir), max_size=pool_size) as store:
             if init:
                 await store.init_schema()
             return await work(store)
@@ -138,12 +144,13 @@ def write_out(text: str, out: str | None) -> None:
         print(text)
 
 
-def show_plan(plan: Plan, fmt: str) -> str:
+def show_plan(plan: Plan, fmt: str, no_color: bool = False) -> str:
+    """The plan in `fmt`; text is coloured on a terminal unless --no-color or NO_COLOR says not to."""
     if fmt == "json":
         return planview.plan_json(plan)
     if fmt == "markdown":
         return planview.plan_markdown(plan)
-    return planview.plan_text(plan, colour=sys.stdout.isatty())
+    return planview.plan_text(plan, colour=render.colour_wanted(sys.stdout, no_color))
 
 
 def verdict_options(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> ApplyOptions:
@@ -173,7 +180,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out and not plan.refused:
         Path(args.out).write_text(planview.plan_json(plan) + "\n")
         print(f"saved plan to {args.out}; apply it with: reconciler apply {args.out}")
-    print(show_plan(plan, args.format))
+    print(show_plan(plan, args.format, args.no_color))
     if plan.refused:
         for reason in plan.refused:  # conflicts among them, as file:line: key: message
             err(render.safe(reason))
@@ -212,7 +219,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> int:
         result = await apply_tasks(store, tasks, args.source, utcnow(), options)
-        print(planview.plan_text(result.plan, colour=sys.stdout.isatty()))
+        print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, args.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK
 
@@ -223,7 +230,7 @@ def _local(moment: datetime | None, zone: str) -> str:
     if moment is None:
         return "-"
     try:
-        return moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+        return render.local_text(moment, ZoneInfo(zone))
     except (KeyError, ValueError, OSError):  # a zone edited by hand (ZoneInfoNotFoundError is a KeyError)
         return "(unknown zone)"
 
@@ -240,51 +247,46 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows, engines, revisions = with_store(args, work)
     from reconciler.store import TaskRow
 
+    now = utcnow()
     items = []
     for row in rows:
         task_row = TaskRow.from_row(row)
+        # A disabled task has no next run, whatever a hand edit left in next_run_at.
+        next_run_at = row["next_run_at"] if row["enabled"] else None
         items.append(
             {
                 "id": row["id"],
                 "source": row["source"],
                 "enabled": row["enabled"],
                 "timezone": row["timezone"],
-                "next_run_at": render.iso(row["next_run_at"]),
-                "next_run_local": _local(row["next_run_at"], row["timezone"]),
+                "next_run_at": next_run_at,
+                "next_run_local": _local(next_run_at, row["timezone"]),
+                "overdue": render.is_overdue(row["enabled"], next_run_at, render.grace_seconds(task_row.spec), now),
+                "last_run_at": row["last_scheduled_for"],
                 "last_status": row["last_status"],
-                "last_scheduled_for": render.iso(row["last_scheduled_for"]),
+                "last_scheduled_for": row["last_scheduled_for"],
+                "last_finished_at": row["last_finished_at"],
                 "drift": is_drifted(task_row),
             }
         )
     live = [
-        {"engine_id": e["engine_id"], "host": e["host"], "pid": e["pid"], "last_seen": render.iso(e["last_seen"])}
-        for e in engines
+        {"engine_id": e["engine_id"], "host": e["host"], "pid": e["pid"], "last_seen": e["last_seen"]} for e in engines
     ]
     applied = [
-        {
-            "source": r["source"],
-            "revision": r["revision"],
-            "applied_at": render.iso(r["applied_at"]),
-            "author": r["author"],
-        }
+        {"source": r["source"], "revision": r["revision"], "applied_at": r["applied_at"], "author": r["author"]}
         for r in revisions
     ]
     if args.format == "json":
-        print(json.dumps({"tasks": items, "engines": live, "live_revisions": applied}, indent=2))
+        data = {
+            "database": database_label(args.dsn, args.tasks_dir),
+            "tasks": render.json_rows(items),
+            "engines": render.json_rows(live),
+            "live_revisions": render.json_rows(applied),
+        }
+        print(json.dumps(data, indent=2))
         return EXIT_OK
-    lines = []
-    for r in applied:
-        by = f" by {r['author']}" if r["author"] else ""
-        lines.append(f"source {r['source']}: live revision {r['revision'] or '(none)'} (applied {r['applied_at']}{by})")
-    lines.append(f"{'TASK':32} {'ENABLED':7} {'NEXT RUN (local)':24} {'NEXT RUN (UTC)':26} {'LAST':10} DRIFT")
-    for item in items:
-        lines.append(
-            f"{item['id']:32} {'yes' if item['enabled'] else 'no':7} {item['next_run_local']:24} "
-            f"{item['next_run_at'] or '-':26} {item['last_status'] or '-':10} {'DRIFT' if item['drift'] else ''}"
-        )
-    lines.append(f"{len(live)} live engine(s)")
-    lines += [f"  {e['engine_id']} ({e['host']} pid {e['pid']})" for e in live]
-    print("\n".join(map(render.safe, lines)))  # ids, hosts and revisions may come from anywhere
+    print(render.safe(f"database: {database_label(args.dsn, args.tasks_dir)}"))
+    print(render.status_text(items, live, applied))  # ids, hosts and revisions may come from anywhere: escaped there
     return EXIT_OK
 
 
@@ -354,7 +356,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+FINAL_STATUSES = ("succeeded", "failed", "missed", "skipped", "lost")
+WAIT_POLL_SECONDS = 0.5
+
+
 def cmd_trigger(args: argparse.Namespace) -> int:
+    """Queue a manual run; with --wait, follow it to its end (exit 0 if it succeeded, else 1)."""
+
     async def work(store: Store) -> int:
         async with store.transaction() as conn:
             found = await Store.fetch(conn, "task_get", {"id": args.id})
@@ -362,10 +370,69 @@ def cmd_trigger(args: argparse.Namespace) -> int:
                 raise UserError(f"unknown task {args.id!r}; see `reconciler status` for the ids")
             [row] = await Store.fetch(conn, "run_queue_manual", {"task_id": args.id, "now": utcnow()})
             await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [args.id]}))
-        print(f"queued manual run {row['id']} of {args.id}; the schedule is unchanged")
-        return EXIT_OK
+        run_id = row["id"]
+        print(
+            f"queued manual run {run_id} of {render.safe(args.id)}; the schedule is unchanged; "
+            f"it waits for a free slot (`reconciler cancel {run_id}` while queued)",
+            flush=True,
+        )
+        if not args.wait:
+            return EXIT_OK
+        return await follow_run(store, run_id)
 
     return with_store(args, work)
+
+
+async def follow_run(store: Store, run_id: int) -> int:
+    """Poll one run until it ends; print each change of status and the result."""
+    shown = "queued"
+    while True:
+        async with store.connection() as conn:
+            found = await Store.fetch(conn, "run_get", {"run_id": run_id})
+        if not found:
+            raise UserError(f"run {run_id} is gone from the history (pruned or its task deleted)")
+        run = found[0]
+        if run["status"] != shown and run["status"] not in FINAL_STATUSES:
+            shown = run["status"]
+            print(f"run {run_id}: {shown} on engine {render.safe(run['engine_id'] or '-')}", flush=True)
+        if run["status"] in FINAL_STATUSES:
+            break
+        await asyncio.sleep(WAIT_POLL_SECONDS)
+    detail = mask_text(run["error"]) if run["error"] else f"HTTP {run['http_status']}"
+    print(
+        render.safe(f"run {run_id}: {run['status']} ({detail}, attempt {run['attempt']}, {run['duration_ms'] or 0} ms)")
+    )
+    if run["response_excerpt"]:
+        print(render.safe(f"response: {mask_text(run['response_excerpt'])}"))
+    return EXIT_OK if run["status"] == "succeeded" else EXIT_ERROR
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a queued manual run (recorded `skipped`, with who cancelled it in its error)."""
+
+    async def work(store: Store) -> int:
+        async with store.transaction() as conn:
+            reason = "cancelled with `reconciler cancel` before it started"
+            done = await Store.fetch(conn, "run_cancel", {"run_id": args.run_id, "now": utcnow(), "error": reason})
+            if done:
+                print(f"cancelled manual run {args.run_id} of {render.safe(done[0]['task_id'])} (recorded skipped)")
+                return EXIT_OK
+            found = await Store.fetch(conn, "run_get", {"run_id": args.run_id})
+        if not found:
+            raise UserError(f"no run {args.run_id}; `reconciler runs` lists them")
+        status = found[0]["status"]
+        raise UserError(
+            f"run {args.run_id} is {status}, not queued: only a queued manual run can be cancelled"
+            + ("; a running one ends by its timeout_seconds" if status == "running" else "")
+        )
+
+    return with_store(args, work)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """Stop the project's embedded PostgreSQL (never a --dsn database)."""
+    print(stop_embedded(home_for(args.tasks_dir)))
+    return EXIT_OK
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -397,29 +464,48 @@ def cmd_explain(args: argparse.Namespace) -> int:
         task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
         lines = explain(task, shown, runs, at, now)
         changed = row["revision"] or "unknown (applied without a revision)"
-        return [*lines[:1], f"last changed by revision {changed} at {render.iso(row['updated_at'])}", *lines[1:]]
+        return [*lines[:1], f"last changed by revision {changed} at {render.utc_text(row['updated_at'])}", *lines[1:]]
 
     print("\n".join(render.safe(mask_text(line)) for line in with_store(args, work)))
     return EXIT_OK
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    async def work(store: Store) -> list[dict[str, Any]]:
+    """Run history, newest first; an id that names no task and no recorded run is an error."""
+
+    async def work(store: Store) -> tuple[list[Row], bool]:
         async with store.connection() as conn:
             params = {"task_id": args.id, "status": args.status, "limit": args.limit}
-            return await Store.fetch(conn, "runs_list", params)
+            rows = await Store.fetch(conn, "runs_list", params)
+            if rows or args.id is None:
+                return rows, True
+            # A deleted task's runs stay in the history: the id is known if the task or any run has it.
+            known = bool(await Store.fetch(conn, "task_get", {"id": args.id})) or bool(
+                await Store.fetch(conn, "runs_list", {"task_id": args.id, "status": None, "limit": 1})
+            )
+        return rows, known
 
-    rows = [{**r, "error": mask_text(r["error"]) if r["error"] else None} for r in with_store(args, work)]
+    found, known = with_store(args, work)
+    if not known:
+        raise UserError(
+            f"unknown task {args.id!r}: no such task and no runs recorded; see `reconciler status` for the ids"
+        )
+    rows = [
+        {
+            **r,
+            "error": mask_text(r["error"]) if r["error"] else None,
+            "response_excerpt": mask_text(r["response_excerpt"]) if r["response_excerpt"] else None,
+        }
+        for r in found
+    ]
     if args.format == "json":
         print(json.dumps(render.json_rows(rows), indent=2))
         return EXIT_OK
-    print(f"{'RUN':>7} {'TASK':28} {'SCHEDULED FOR (UTC)':26} {'KIND':9} {'STATUS':10} {'TRY':>3} {'HTTP':>4} ERROR")
-    for r in rows:
-        line = (
-            f"{r['id']:>7} {r['task_id']:28} {render.iso(r['scheduled_for']) or '-':26} {r['kind']:9} "
-            f"{r['status']:10} {r['attempt']:>3} {r['http_status'] or '-':>4} {r['error'] or ''}"
-        )
-        print(render.safe(line))
+    if not rows:
+        status = f"{args.status} " if args.status else ""
+        print(f"no {status}runs" + (f" of {render.safe(args.id)}" if args.id else "") + " recorded yet")
+        return EXIT_OK
+    print(render.runs_text(rows, verbose=args.verbose))
     return EXIT_OK
 
 
@@ -441,8 +527,9 @@ async def open_patiently(store: Store, stop: asyncio.Event) -> bool:
     return False
 
 
-def engine_config(args: argparse.Namespace) -> EngineConfig:
+def engine_config(args: argparse.Namespace, sources: tuple[str, ...]) -> EngineConfig:
     return EngineConfig(
+        sources=sources,
         engine_id=args.engine_id or default_engine_id(),
         batch=args.batch,
         concurrency=args.concurrency,
@@ -474,12 +561,32 @@ async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event
     log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
 
 
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (Ctrl-C): the engine drains, a watch ends; both exit 0."""
+def stop_on_signals(engine: Engine | None = None) -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (Ctrl-C): the engine drains, a watch ends; both exit 0.
+
+    With an engine, the first signal says what the drain waits for and a second one stops at
+    once: runs still in flight are recorded `lost` when their leases expire (README, "Stopping").
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def signalled() -> None:
+        if engine is None:
+            stop.set()
+        elif not stop.is_set():
+            stop.set()
+            log.warning(
+                "draining %d run(s) (up to %g s); Ctrl-C again to stop now",
+                len(engine.inflight),
+                engine.config.drain_seconds,
+                extra={"fields": {"inflight": len(engine.inflight), "drain_seconds": engine.config.drain_seconds}},
+            )
+        elif not engine.hurry.is_set():
+            engine.hurry.set()
+            log.warning("stopping now", extra={"fields": {"inflight": len(engine.inflight)}})
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signalled)
     return stop
 
 
@@ -489,12 +596,13 @@ def engine_pool_size(args: argparse.Namespace) -> int:
 
 def cmd_engine(args: argparse.Namespace) -> int:
     setup_logging(args.log_format)
-    config = engine_config(args)
+    config = engine_config(args, args.sources)
 
     async def run() -> int:
-        store = Store(resolve_dsn(args.dsn), max_size=engine_pool_size(args))
+        store = Store(resolve_dsn(args.dsn, args.tasks_dir), max_size=engine_pool_size(args))
+        engine = Engine(store, config)
         try:
-            await run_engine(store, args, stop_on_signals(), Engine(store, config))
+            await run_engine(store, args, stop_on_signals(engine), engine)
         finally:
             await store.close()
         return EXIT_OK
@@ -518,19 +626,19 @@ class RunPrinter:
     @staticmethod
     def _line(task_id: str, scheduled_for: datetime, status: str, detail: str) -> None:
         stamp = utcnow().strftime("%H:%M:%S")
-        when = scheduled_for.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        print(f"[{stamp}] run {task_id} @ {when}: {status} ({detail})", flush=True)
+        line = f"[{stamp}] run {task_id} @ {render.utc_text(scheduled_for)}: {status} ({detail})"
+        print(render.safe(line), flush=True)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Apply, watch and fire in one process: the local development loop."""
     # Run lines go to stdout; logs only for warnings, unless machine-readable logs are asked for.
     setup_logging(args.log_format, logging.INFO if args.log_format == "json" else logging.WARNING)
-    config = engine_config(args)
+    config = engine_config(args, (args.source,))  # `up` fires its own tasks only, even on a shared database
 
     async def work(store: Store) -> int:
-        stop = stop_on_signals()
         engine = Engine(store, config)
+        stop = stop_on_signals(engine)
         engine.observers.append(RunPrinter())
         print(f"reconciler up: watching {args.tasks_dir}, engine {config.engine_id}; Ctrl-C stops", flush=True)
         watcher = asyncio.create_task(watch_files(store, args, stop))

@@ -1,20 +1,66 @@
-"""The embedded PostgreSQL used when no DSN is given: kept in ./.reconciler/pgdata, shared by local processes."""
+"""The embedded PostgreSQL used when no DSN is given: one per project, in <project root>/.reconciler/pgdata.
+
+The project root is the folder holding the tasks directory, wherever a command runs from
+(README, "Quick start"), so `status` in `tasks.d/billing/` reads the same database as at the
+root. The server outlives the command that started it; `reconciler down` stops it.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
+import time
 import warnings
 from pathlib import Path
 
-from reconciler.errors import DatabaseUnavailable
+from reconciler.errors import DatabaseUnavailable, UserError
 
-DEFAULT_HOME = Path(".reconciler")
+HOME_NAME = ".reconciler"
+DOWN_SECONDS = 60.0  # a fast shutdown ends the sessions and writes a checkpoint
 
 
-def embedded_dsn(home: Path = DEFAULT_HOME) -> str:
-    """Start (or join) the embedded server under `home` and return its DSN (a Unix socket)."""
+def project_root(tasks_dir: str, cwd: Path | None = None) -> Path:
+    """The folder the embedded database belongs to.
+
+    The parent of the tasks directory when it exists from here; else the nearest folder at
+    or above the working directory that holds a `.reconciler/` or a folder named like the
+    tasks directory (a command run inside `tasks.d/billing/`); else the git top level; else
+    the working directory.
+    """
+    here = (cwd or Path.cwd()).resolve()
+    given = here / tasks_dir
+    if given.is_dir():
+        return given.resolve().parent
+    name = Path(tasks_dir).name or "tasks.d"
+    for folder in (here, *here.parents):
+        if (folder / HOME_NAME).is_dir() or (folder / name).is_dir():
+            return folder
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return here
+    return Path(top.stdout.strip()) if top.returncode == 0 and top.stdout.strip() else here
+
+
+def home_for(tasks_dir: str) -> Path:
+    return project_root(tasks_dir) / HOME_NAME
+
+
+def _prepare(home: Path) -> None:
+    """Create `home`, with a .gitignore of `*` so the project's git never shows it."""
     home.mkdir(parents=True, exist_ok=True)
+    ignore = home / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# the embedded PostgreSQL of reconciler: never committed\n*\n")
+
+
+def embedded_dsn(home: Path) -> str:
+    """Start (or join) the embedded server under `home` and return its DSN (a Unix socket)."""
+    _prepare(home)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(home.resolve()))
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     with warnings.catch_warnings():
@@ -33,9 +79,76 @@ def embedded_dsn(home: Path = DEFAULT_HOME) -> str:
     return str(server.get_uri())
 
 
-def resolve_dsn(explicit: str | None) -> str:
-    """--dsn, else RECONCILER_DSN, else DATABASE_URL, else the embedded server."""
+def configured_dsn(explicit: str | None) -> str | None:
+    """--dsn, else RECONCILER_DSN, else DATABASE_URL; None means the embedded server."""
     for value in (explicit, os.environ.get("RECONCILER_DSN"), os.environ.get("DATABASE_URL")):
         if value:
             return value
-    return embedded_dsn()
+    return None
+
+
+def resolve_dsn(explicit: str | None, tasks_dir: str = "tasks.d") -> str:
+    """The configured DSN, else the project's embedded server (started if need be)."""
+    return configured_dsn(explicit) or embedded_dsn(home_for(tasks_dir))
+
+
+def database_label(explicit: str | None, tasks_dir: str = "tasks.d") -> str:
+    """Which database a command reads, for people: the embedded data directory or the DSN without its password."""
+    dsn = configured_dsn(explicit)
+    if dsn is None:
+        return f"embedded PostgreSQL in {home_for(tasks_dir) / 'pgdata'}"
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # an unparsable DSN names nothing safe to show
+        return "the database named by the DSN (unparsable, not shown)"
+    shown = {k: v for k, v in parts.items() if k in ("host", "hostaddr", "port", "dbname", "user") and v is not None}
+    return f"PostgreSQL {make_conninfo('', **shown) or '(libpq defaults)'}"
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a container's init may never reap the postmaster)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: the signal test is all there is
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _is_postgres(pid: int) -> bool:
+    """Where /proc tells: the pid is a postgres process (a stale pid file may name a reused pid)."""
+    try:
+        return b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return not Path("/proc/self").exists()
+
+
+def stop_embedded(home: Path) -> str:
+    """Fast-stop the embedded server under `home` (any user may stop it, root too); a line to print."""
+    pgdata = home / "pgdata"
+    pidfile = pgdata / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except FileNotFoundError:
+        return f"no embedded PostgreSQL is running in {pgdata}"
+    except (OSError, ValueError, IndexError) as exc:
+        raise UserError(f"{pidfile}: unreadable ({type(exc).__name__}); is the server still starting?") from None
+    if not _alive(pid) or not _is_postgres(pid):
+        return f"no embedded PostgreSQL is running in {pgdata} (its pid file is left from a crash)"
+    try:
+        os.kill(pid, signal.SIGINT)  # PostgreSQL's fast shutdown: what `pg_ctl stop` sends
+    except PermissionError:
+        raise UserError(f"the embedded PostgreSQL in {pgdata} (pid {pid}) belongs to another user") from None
+    deadline = time.monotonic() + DOWN_SECONDS
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        raise UserError(f"the embedded PostgreSQL in {pgdata} (pid {pid}) did not stop within {DOWN_SECONDS:g} s")
+    return f"stopped the embedded PostgreSQL in {pgdata} (pid {pid})"

@@ -26,7 +26,7 @@ from reconciler.environment import EnvPolicy, storable
 from reconciler.errors import DatabaseUnavailable, one_line
 from reconciler.models import Policy, TaskSpec
 from reconciler.store import Conn, Store
-from reconciler.targets import Attempt, Firer, Outcome, lease_seconds
+from reconciler.targets import Attempt, Firer, Outcome, idempotency_key, lease_seconds
 from reconciler.triggers import Schedule, compile_schedule
 
 log = logging.getLogger("reconciler.engine")
@@ -102,6 +102,7 @@ class EngineConfig:
     prune_seconds: float = 60.0  # how often serve() prunes run history
     prune_batch: int = 500  # rows deleted per statement: short transactions, no long locks
     allow_env: tuple[str, ...] = ()  # globs of variables tasks may read; empty: all but the engine's own
+    sources: tuple[str, ...] = ()  # claim only these sources' tasks (`engine --source`); empty: every source
 
 
 async def back_off(stop: asyncio.Event, seconds: float) -> float:
@@ -125,6 +126,11 @@ class Claimed:
     kind: str
     spec: TaskSpec
     deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
+
+    @property
+    def key(self) -> str:
+        """The Idempotency-Key: the occurrence's, or the manual run's own."""
+        return idempotency_key(self.task_id, self.scheduled_for, self.run_id if self.kind == "manual" else None)
 
 
 @dataclass
@@ -159,6 +165,35 @@ class Recorded:
     error: str | None
 
 
+def log_recorded(recorded: list[Recorded]) -> None:
+    """One WARNING per task and status for runs a claim ended without firing (lost, missed,
+    failed), INFO for skipped ones (the policy at work): a catch-up of 100 misses is one line."""
+    groups: dict[tuple[str, str], list[Recorded]] = {}
+    for item in recorded:
+        groups.setdefault((item.task_id, item.status), []).append(item)
+    for (task_id, status), items in groups.items():
+        newest = items[-1]
+        when = newest.scheduled_for.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        log.log(
+            logging.INFO if status == "skipped" else logging.WARNING,
+            "task %s: %d run(s) %s (newest scheduled for %s): %s",
+            task_id,
+            len(items),
+            status,
+            when,
+            newest.error or "-",
+            extra={
+                "fields": {
+                    "task_id": task_id,
+                    "status": status,
+                    "count": len(items),
+                    "scheduled_for": newest.scheduled_for.astimezone(UTC).isoformat(),
+                    "error": newest.error,
+                }
+            },
+        )
+
+
 @dataclass
 class _Pending:
     """A finished run's result, queued until flush_pending writes it (kept while the database is away)."""
@@ -178,6 +213,7 @@ class Engine:
         self._compiled: dict[tuple[str, str], tuple[TaskSpec, Schedule]] = {}
         self.inflight: set[asyncio.Task[Outcome | None]] = set()
         self.ready = False  # a claim has succeeded (for /readyz)
+        self.hurry = asyncio.Event()  # a second Ctrl-C: stop draining, leave in-flight runs to their leases
         self.observers: list[Any] = []  # metrics hooks: .claimed(report, seconds), .finished(claimed, outcome)
 
     # ------------------------------------------------------------ compile
@@ -199,8 +235,9 @@ class Engine:
             lost = await Store.fetch(conn, "runs_mark_lost", {"now": now})
             for row in lost:
                 report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
-            due = await Store.fetch(conn, "claim_due", {"now": now, "batch": self.config.batch})
-            queued = await Store.fetch(conn, "claim_queued", {"batch": self.config.batch})
+            scope = {"now": now, "batch": self.config.batch, "sources": list(self.config.sources)}
+            due = await Store.fetch(conn, "claim_due", scope)
+            queued = await Store.fetch(conn, "claim_queued", scope)
             ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
             held: dict[str, int] = {}
             if ids:
@@ -235,6 +272,7 @@ class Engine:
                 await Store.execute(conn, "tasks_advance", {"ids": list(advance), "nexts": list(advance.values())})
         report.fired = len(report.runs)
         self.ready = True
+        log_recorded(report.recorded)
         for observer in self.observers:
             observer.claimed(report, time.perf_counter() - started)
         return report
@@ -283,8 +321,7 @@ class Engine:
                 status, error = "failed", f"invalid stored spec: {one_line(exc)}"
             else:
                 if held.get(task_id, 0) >= spec.policy.max_running_instances:
-                    status = "skipped"
-                    error = f"skipped: max_running_instances = {spec.policy.max_running_instances} already running"
+                    continue  # a manual run is never skipped: it stays queued until a slot is free
             params = {"status": status, "engine_id": self.config.engine_id, "now": now, "error": error}
             await Store.execute(conn, "runs_start_manual", {**params, "run_id": row["run_id"]})
             if status == "running":
@@ -326,7 +363,7 @@ class Engine:
 
         try:
             outcome = await self.firer.fire(
-                claimed.task_id, claimed.spec, claimed.scheduled_for, on_attempt, claimed.deadline
+                claimed.task_id, claimed.spec, claimed.scheduled_for, on_attempt, claimed.deadline, claimed.key
             )
         except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
             log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__)
@@ -337,11 +374,18 @@ class Engine:
             "finished_at": self.clock.now(),
         }
         self._finish(params)
-        log.info(
-            "run %s %s %s",
+        last = outcome.last
+        log.log(
+            logging.INFO if outcome.status == "succeeded" else logging.WARNING,
+            "run %s (%s %s, run %d) %s: %s, attempt %d, %d ms",
             claimed.task_id,
-            claimed.scheduled_for.astimezone(UTC).isoformat(),
+            claimed.kind,
+            claimed.scheduled_for.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            claimed.run_id,
             outcome.status,
+            last.error or f"HTTP {last.http_status}",
+            last.attempt,
+            last.duration_ms or 0,
             extra={
                 "fields": {
                     "task_id": claimed.task_id,
@@ -437,6 +481,7 @@ class Engine:
                 },
             )
             await Store.execute(conn, "leases_release_many", {"run_ids": run_ids})
+            await Store.execute(conn, "runs_finish_notify", {"run_ids": run_ids})
 
     async def _flusher(self, stop: asyncio.Event) -> None:
         """Background writer of results for serve(): small batches, retried while the database is away."""
@@ -505,7 +550,7 @@ class Engine:
     async def sleep_seconds(self, now: datetime) -> float:
         """Until the nearest next_run_at, within [0, max_sleep]; 0 when manual runs are queued."""
         async with self.store.connection() as conn:
-            [row] = await Store.fetch(conn, "nearest_due")
+            [row] = await Store.fetch(conn, "nearest_due", {"now": now, "sources": list(self.config.sources)})
         if row["queued"]:
             return 0.0
         if row["next_run_at"] is None:
@@ -594,14 +639,26 @@ class Engine:
                     await task
 
     async def drain(self, flusher: asyncio.Task[None]) -> None:
-        """Let in-flight runs finish (bounded), write their results (bounded), say goodbye."""
-        if self.inflight:
-            await asyncio.wait(set(self.inflight), timeout=self.config.drain_seconds)
+        """Let in-flight runs finish (bounded, cut short by `hurry`), write their results (bounded), say goodbye."""
+        hurry = asyncio.create_task(self.hurry.wait())
+        deadline = time.monotonic() + self.config.drain_seconds
+        while self.inflight and not self.hurry.is_set() and time.monotonic() < deadline:
+            waiting = {*self.inflight, hurry}
+            await asyncio.wait(waiting, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED)
+        left = list(self.inflight)
+        for task in left:  # stopped now: these runs end `lost` when their leases expire
+            task.cancel()
+        if left:
+            log.warning("stopped with %d run(s) in flight; they are recorded lost when their leases expire", len(left))
         self._pending_event.set()
         try:
-            await asyncio.wait_for(flusher, timeout=self.config.drain_seconds)
+            await asyncio.wait_for(
+                asyncio.shield(flusher), timeout=1.0 if self.hurry.is_set() else self.config.drain_seconds
+            )
         except TimeoutError:
+            flusher.cancel()
             log.warning("%d result(s) could not be written before exit; their leases will expire", len(self.pending))
+        hurry.cancel()
         with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
             async with self.store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from reconciler.models import TaskSpec
-from reconciler.render import describe_trigger, fire_line
+from reconciler.render import describe_trigger, fire_line, utc_text, when_text
 from reconciler.triggers import Fire, Schedule, compile_schedule, resolve_window_time
 
 AROUND = 3  # occurrences shown on each side of T
@@ -93,16 +93,12 @@ def _missing_text(task: TaskState, fire: Fire, now: datetime) -> str:
     if task.next_run_at is not None and fire.at >= task.next_run_at:
         return "due, not claimed yet: is an engine running? (`reconciler status` lists live engines)"
     if task.created_at is not None and fire.at < task.created_at:
-        return f"no run: the task did not exist yet (created {_stamp(task.created_at)})"
-    changed = f"; last changed {_stamp(task.updated_at)}" if task.updated_at else ""
+        return f"no run: the task did not exist yet (created {utc_text(task.created_at)})"
+    changed = f"; last changed {utc_text(task.updated_at)}" if task.updated_at else ""
     return (
         "no run recorded: next_run_at had already moved past it (a retiming or re-enabling recomputes "
         f"from then{changed}; or more than 100 occurrences fell due in one claim)"
     )
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: datetime, now: datetime) -> list[str]:
@@ -129,11 +125,12 @@ def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: 
     marked = False
     for fire in shown:
         if not marked and fire.at > at:
-            lines.append(f"  ---- {_stamp(at)} (T)")
+            lines.append(f"  ---- {utc_text(at)} (T)")
             marked = True
         run = by_time.get(fire.at)
         outcome = _run_text(run) if run else _missing_text(task, fire, now)
         lines.append(f"  {fire_line(fire, zone)}  → {outcome}")
+        lines += _response(run)
     if not shown:
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
     for fire in _skipped_by_gap_policy(spec, shown):
@@ -141,14 +138,18 @@ def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: 
     manual = [r for r in runs if r["kind"] == "manual"]
     for run in manual:
         lines.append(f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run)}")
+        lines += _response(run)
     return lines
 
 
+def _response(run: dict[str, Any] | None) -> list[str]:
+    """The stored response excerpt under a run's line (the command masks and escapes every line)."""
+    excerpt = run.get("response_excerpt") if run else None
+    return [f"      response: {excerpt}"] if excerpt else []
+
+
 def _when(moment: datetime | None, zone: ZoneInfo) -> str:
-    if moment is None:
-        return "none (disabled, or no further occurrence)"
-    local = moment.astimezone(zone)
-    return f"{local.strftime('%Y-%m-%d %H:%M:%S %Z')} ({_stamp(moment)})"
+    return "none (disabled, or no further occurrence)" if moment is None else when_text(moment, zone)
 
 
 def _window_note(spec: TaskSpec, at: datetime) -> str | None:

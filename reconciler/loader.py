@@ -10,16 +10,18 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from datetime import datetime
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from reconciler.models import TaskSpec, id_problem
-from reconciler.triggers import Schedule, TriggerError, compile_schedule
+from reconciler.models import TaskSpec, Trigger, did_you_mean, id_problem, suggestion, zone_problem
+from reconciler.triggers import Schedule, TriggerError, compile_schedule, never_fires, trigger_instants
 
 TAG_NAMES = {"cron", "interval", "calendar", "once", "bearer", "basic", "oauth2_client_credentials"}
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a task file is a few hundred bytes; this bounds parse time and stored size
@@ -40,6 +42,14 @@ class FileError:
 
     def __str__(self) -> str:
         return f"{printable(self.path)}:{self.line}: {printable(self.key)}: {printable(self.message)}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileWarning(FileError):
+    """Something valid that will not do what the file seems to want, rendered `path:LINE: warning: key: message`."""
+
+    def __str__(self) -> str:
+        return f"{printable(self.path)}:{self.line}: warning: {printable(self.key)}: {printable(self.message)}"
 
 
 def printable(text: str) -> str:
@@ -154,19 +164,54 @@ def key_path(loc: tuple[str, ...]) -> str:
     return ".".join(part or '""' for part in loc) or "(file)"
 
 
+def _quoted(text: str) -> list[str]:
+    """The 'quoted' words of a pydantic message: the choices of a literal or a tagged union."""
+    return re.findall(r"'([^']*)'", text)
+
+
+def _allowed_here(error: Any, spec_fields: dict[tuple[str, ...], list[str]]) -> list[str]:
+    """The keys allowed next to an unknown one; a location no model is listed for is inside `{ env = "NAME" }`."""
+    return spec_fields.get(tuple(str(part) for part in error["loc"][:-1]), ["env"])
+
+
+def _misspelt(errors: list[Any], spec_fields: dict[tuple[str, ...], list[str]]) -> set[tuple[str, ...]]:
+    """Key paths an unknown key probably meant (`tokn` → `token`): their "missing" errors say nothing more."""
+    meant = set()
+    for error in errors:
+        if error["type"] == "extra_forbidden":
+            loc = _clean_loc(error["loc"])
+            found = did_you_mean(loc[-1], _allowed_here(error, spec_fields))
+            if found is not None:
+                meant.add((*loc[:-1], found))
+    return meant
+
+
 def _message(error: Any, spec_fields: dict[tuple[str, ...], list[str]], loc: tuple[str, ...]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        allowed = spec_fields.get(tuple(str(part) for part in error["loc"][:-1]))
-        hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
-        return f"unknown key {loc[-1]!r}{hint}"
+        allowed = _allowed_here(error, spec_fields)
+        hint = suggestion(loc[-1], allowed)
+        listed = ", ".join(allowed)
+        return (
+            f"unknown key {loc[-1]!r}{hint} (allowed here: {listed})"
+            if hint
+            else f"unknown key {loc[-1]!r}; allowed here: {listed}"
+        )
     if kind == "missing":
         return "required key is missing"
     if kind == "union_tag_invalid":
-        return f"unknown kind {error['input'].get('kind')!r}; use one of {error['ctx']['expected_tags']}"
+        tags = error["ctx"]["expected_tags"]
+        hint = suggestion(str(error["ctx"]["tag"]), _quoted(tags))
+        return (
+            f"unknown kind {error['input'].get('kind')!r}{hint} (kinds: {tags})"
+            if hint
+            else f"unknown kind {error['input'].get('kind')!r}; use one of {tags}"
+        )
     if kind == "union_tag_not_found":
         return f"missing kind; use one of {error['ctx']['discriminator']}"
     message = str(error["msg"])
+    if kind == "literal_error" and isinstance(error.get("input"), str):
+        message += suggestion(error["input"], _quoted(error["ctx"]["expected"]))
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):
             message = message[len(prefix) :]
@@ -264,24 +309,48 @@ def discover(tasks_dir: Path) -> list[Path]:
     return [entry.path for entry in scan(tasks_dir) if entry.problem is None]
 
 
+class UnreadableSource(ValueError):
+    """Why a file cannot be a task file; `line` is where the problem is (0: the whole file)."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.line = line
+
+
 def read_source(path: Path) -> str:
-    """A task file's text; raises OSError, or ValueError with the reason it cannot be a task file."""
+    """A task file's text; raises OSError, or UnreadableSource (a ValueError) saying why it cannot be a task file."""
     # O_NONBLOCK: opening a FIFO named *.toml must not hang; fstat then refuses it.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file (a FIFO, socket or device); remove it")
+            raise UnreadableSource("not a regular file (a FIFO, socket or device); remove it")
         data = handle.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise ValueError(TOO_BIG)
+        raise UnreadableSource(TOO_BIG)
+    return decode_source(data)
+
+
+def decode_source(data: bytes) -> str:
+    """A task file's bytes as text (a UTF-8 byte order mark is kept: load_text drops it); raises UnreadableSource."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UnreadableSource(
+            "not UTF-8 text but UTF-16 (it starts with a UTF-16 byte order mark); save the file as UTF-8", 1
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        column = len(data[line_start : exc.start].decode("utf-8", "replace")) + 1
+        raise UnreadableSource(
+            f"not UTF-8 text: byte 0x{data[exc.start]:02X} in column {column} cannot be read as UTF-8 ({exc.reason}); "
+            "save the file as UTF-8",
+            data.count(b"\n", 0, exc.start) + 1,
+        ) from None
 
 
 def load_text(task_id: str, display: str, source: str) -> tuple[Task | None, list[FileError]]:
     """Validate one file's text."""
+    source = source.removeprefix("\ufeff")  # a UTF-8 byte order mark, as some Windows editors write
     problem = id_problem(task_id)
     if problem:
         return None, [FileError(display, 0, "id", f"{problem}; rename the file")]
@@ -342,36 +411,90 @@ def hostile_values(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tup
         yield path, "integer out of range; TOML integers are 64-bit"
 
 
+def _defused(value: Any, depth: int = 0) -> Any:
+    """A copy of parsed TOML with each value `hostile_values` reports made harmless, so the models check the rest."""
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(value, dict):
+        return {key: _defused(item, depth + 1) for key, item in value.items() if "\0" not in key}
+    if isinstance(value, list):
+        return [_defused(item, depth + 1) for item in value]
+    if isinstance(value, str):
+        return value.replace("\0", "")
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0.0
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+        return 0
+    return value
+
+
+@cache
+def _trigger_adapter() -> TypeAdapter[Trigger]:
+    return TypeAdapter(Trigger)
+
+
+def _checkable_trigger(data: dict[str, Any]) -> tuple[Trigger, ZoneInfo] | None:
+    """The trigger and zone of a file that failed elsewhere, when both are valid on their own."""
+    zone = data.get("timezone", "UTC")
+    if not isinstance(zone, str) or zone_problem(zone):
+        return None
+    try:
+        return _trigger_adapter().validate_python(data.get("trigger")), ZoneInfo(zone)
+    except ValidationError:
+        return None
+
+
 def validate_data(
     task_id: str, display: str, data: dict[str, Any], source: str = ""
 ) -> tuple[Task | None, list[FileError]]:
-    """Validate parsed TOML data (also used for specs read back from the database)."""
+    """Validate parsed TOML data (also used for specs read back from the database).
+
+    Every problem of the file comes in one pass, in line order: values no model may see,
+    field errors, checks across fields and the trigger's window times.
+    """
     if not data:
         return None, [FileError(display, 0, "(file)", "empty task file; add [trigger] and [target] tables")]
-    # Reported alone: the models never see such values, so each problem is one line.
-    hostile = [
-        FileError(display, locate(key_lines(source), loc), key_path(loc), message)
-        for loc, message in hostile_values(data)
-    ]
-    if hostile:
-        return None, hostile
+    lines: dict[tuple[str, ...], int] | None = None
+
+    def error(loc: tuple[str, ...], message: str, key: str | None = None) -> FileError:
+        nonlocal lines
+        if lines is None:
+            lines = key_lines(source)
+        return FileError(display, locate(lines, loc), key_path(loc) if key is None else key, message)
+
+    hostile = list(hostile_values(data))
+    errors = [error(loc, message) for loc, message in hostile]
+    if hostile:  # the models see a defused copy; their errors about those values are dropped
+        data = _defused(data)
+    spec: TaskSpec | None = None
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
         allowed = _allowed_keys()
-        errors = []
-        for error in exc.errors():
-            loc = _clean_loc(error["loc"])
-            errors.append(
-                FileError(display, locate(key_lines(source), loc), key_path(loc), _message(error, allowed, loc))
-            )
-        return None, errors
-    try:
-        schedule = compile_schedule(spec)
-    except TriggerError as exc:
-        loc = tuple(exc.key.split("."))
-        return None, [FileError(display, locate(key_lines(source), loc), exc.key, exc.message)]
-    return Task(task_id, display, spec, schedule, source), []
+        problems = exc.errors()
+        misspelt = _misspelt(problems, allowed)
+        for problem in problems:
+            loc = _clean_loc(problem["loc"])
+            if problem["type"] in ("union_tag_invalid", "union_tag_not_found"):
+                loc = (*loc, "kind")
+            if problem["type"] == "missing" and loc in misspelt:
+                continue  # "unknown key 'tokn'; did you mean 'token'?" says it
+            # An unknown key is about the key, not the value: reported even when the value was defused.
+            if problem["type"] == "extra_forbidden" or not any(loc[: len(bad)] == bad for bad, _ in hostile):
+                errors.append(error(loc, _message(problem, allowed, loc)))
+    checkable = _checkable_trigger(data) if spec is None else None
+    if spec is not None:
+        try:
+            schedule = compile_schedule(spec)
+        except TriggerError:
+            checkable = spec.trigger, ZoneInfo(spec.timezone)
+        else:
+            if not errors:
+                return Task(task_id, display, spec, schedule, source), []
+    if checkable is not None:
+        for found in trigger_instants(*checkable)[1]:
+            errors.append(error(tuple(found.key.split(".")), found.message, found.key))
+    return None, sorted(errors, key=lambda e: e.line)
 
 
 def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
@@ -381,10 +504,12 @@ def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
         return LoadResult([], [FileError(root, 0, "--tasks-dir", "directory not found; create it or pass --tasks-dir")])
     tasks: list[Task] = []
     errors: list[FileError] = []
+    order: dict[str, int] = {}
     for entry in scan(tasks_dir):
         path = entry.path
         relative = path.relative_to(tasks_dir).as_posix()
         display = root if relative == "." else f"{root.rstrip('/')}/{relative}"
+        order.setdefault(display, len(order))
         if entry.problem is not None:
             errors.append(FileError(display, 0, "(file)", entry.problem))
             continue
@@ -394,14 +519,28 @@ def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
             errors.append(FileError(display, 0, "(file)", f"cannot read file ({exc.strerror})"))
             continue
         except ValueError as exc:
-            errors.append(FileError(display, 0, "(file)", str(exc)))
+            line = exc.line if isinstance(exc, UnreadableSource) else 0
+            errors.append(FileError(display, line, "(file)", str(exc)))
             continue
         task, problems = load_text(task_id_for(tasks_dir, path), display, source)
         errors.extend(problems)
         if task is not None:
             tasks.append(task)
     errors.extend(_duplicate_ids(tasks, {t.id for t in tasks} | _ids_with_errors(tasks_dir, errors, root)))
+    # File by file, each in line order (the moved_from checks come last otherwise).
+    errors.sort(key=lambda e: (order.get(e.path, len(order)), e.line))
     return LoadResult(tasks, errors)
+
+
+def fire_warnings(tasks: Iterable[Task], now: datetime) -> list[FileWarning]:
+    """A warning per task that cannot fire in the ten years after `now`: a past `once`, an ended window, 30 February."""
+    warnings = []
+    for task in tasks:
+        found = never_fires(task.spec, task.schedule, now)
+        if found is not None:
+            key, message = found
+            warnings.append(FileWarning(task.path, task.line_of(*key.split(".")), key, message))
+    return warnings
 
 
 def _ids_with_errors(tasks_dir: Path, errors: list[FileError], root: str) -> set[str]:

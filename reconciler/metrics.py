@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from reconciler.store import Store
+
+log = logging.getLogger("reconciler.metrics")
+REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
+QUERY_SECONDS = 2.0  # at most this long per refresh: a database that hangs costs a stale value, never a scrape
 
 if TYPE_CHECKING:
     from reconciler.engine import Claimed, Engine, Report
@@ -30,7 +38,15 @@ class EngineMetrics:
         self.claim_seconds = Histogram(
             "reconciler_claim_duration_seconds", "Claim transaction duration", registry=registry
         )
-        self.backlog = Gauge("reconciler_due_backlog", "Enabled tasks due now", registry=registry)
+        self.backlog = Gauge(
+            "reconciler_due_backlog", "Enabled tasks due now (read in the background, see the _age)", registry=registry
+        )
+        self.backlog_read_at = math.nan  # time.time() of the last successful read
+        Gauge(
+            "reconciler_due_backlog_age_seconds",
+            "Seconds since reconciler_due_backlog was last read from the database (NaN: never)",
+            registry=registry,
+        ).set_function(lambda: time.time() - self.backlog_read_at)
         self.leases = Gauge("reconciler_leases_held", "Leases held by this engine", registry=registry)
         self.up = Gauge("reconciler_engine_up", "1 while the engine runs", registry=registry)
         self.up.set(1)
@@ -59,8 +75,27 @@ async def _database_ok(store: Store) -> bool:
         return False
 
 
-async def serve_metrics(addr: str, engine: Engine, store: Store) -> asyncio.base_events.Server:
-    """Start the HTTP endpoint; returns the server (close it to stop)."""
+async def refresh_gauges(metrics: EngineMetrics, engine: Engine, store: Store) -> None:
+    """Read the database gauges every REFRESH_SECONDS, each read bounded by QUERY_SECONDS.
+
+    /metrics serves what was last read (with its age) and so answers at once whatever the
+    database does: Prometheus's scrape timeout (10 s) would otherwise drop every engine metric
+    exactly during an outage.
+    """
+    while True:
+        try:
+            async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
+                params = {"now": engine.clock.now(), "sources": list(engine.config.sources)}
+                [row] = await Store.fetch(conn, "due_backlog", params)
+            metrics.backlog.set(row["due"])
+            metrics.backlog_read_at = time.time()
+        except Exception as exc:  # the database away: the value ages, the scrape goes on
+            log.debug("backlog not refreshed: %s", type(exc).__name__)
+        await asyncio.sleep(REFRESH_SECONDS)
+
+
+async def serve_metrics(addr: str, engine: Engine, store: Store) -> Endpoint:
+    """Start the HTTP endpoint and the gauge refresher; close the returned Endpoint to stop both."""
     registry = CollectorRegistry()
     metrics = EngineMetrics(registry)
     engine.observers.append(metrics)
@@ -74,10 +109,6 @@ async def serve_metrics(addr: str, engine: Engine, store: Store) -> asyncio.base
             path = request[1] if len(request) > 1 else "/"
             status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
             if path == "/metrics":
-                with contextlib.suppress(Exception):
-                    async with store.connection() as conn:
-                        [row] = await Store.fetch(conn, "due_backlog", {"now": engine.clock.now()})
-                        metrics.backlog.set(row["due"])
                 status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
             elif path in ("/healthz", "/readyz"):
                 ok = await _database_ok(store)
@@ -93,4 +124,17 @@ async def serve_metrics(addr: str, engine: Engine, store: Store) -> asyncio.base
             await writer.drain()
         writer.close()
 
-    return await asyncio.start_server(handle, host or "127.0.0.1", int(port))
+    server = await asyncio.start_server(handle, host or "127.0.0.1", int(port))
+    return Endpoint(server, asyncio.create_task(refresh_gauges(metrics, engine, store)))
+
+
+@dataclass
+class Endpoint:
+    """The listening /metrics server and its background refresher; close() stops both."""
+
+    server: asyncio.Server
+    refresher: asyncio.Task[None]
+
+    def close(self) -> None:
+        self.refresher.cancel()
+        self.server.close()

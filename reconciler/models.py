@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from functools import lru_cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
@@ -15,11 +18,14 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    ModelWrapValidatorHandler,
     PlainSerializer,
     PlainValidator,
+    ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 ID_SEGMENT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -52,6 +58,7 @@ MAX_NAME = 256  # a header, query parameter or environment variable name
 MAX_TEXT = 8192  # any other one-line string: header and query values, client ids, scopes
 MAX_URL = 8000  # RFC 9110 §4.1: senders and recipients should support at least 8000 octets
 MAX_CRON = 1024
+NEEDS_ANCHOR = "a calendar trigger needs start_at = YYYY-MM-DD (the anchor date)"
 # Header and query-parameter names that carry credentials (case-insensitive substrings; "sig" whole).
 CREDENTIAL_WORDS = ("auth", "cookie", "credential", "key", "passwd", "password", "secret", "signature", "token")
 CREDENTIAL_NAMES = ("sig",)
@@ -64,12 +71,101 @@ HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(?::([0-9]*))?")  # an IPv6 host 
 HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 
 
+# A rule across fields of one model: the fields it reads, and a function of their values
+# (defaults filled in) that returns the problem or None.
+CrossCheck = tuple[tuple[str, ...], Callable[[Mapping[str, Any]], str | None]]
+
+
 class Model(BaseModel):
     """Base of every file model: immutable, no unknown keys."""
 
     # strict: TOML has real types, so "yes" is not a boolean and "30" is not a number.
     # No NaN or infinity: no deadline, backoff or JSON body can act on one.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    # Checks across fields. Not `model_validator(mode="after")`: pydantic runs those only once
+    # every field is valid, so `json` with `body` would surface only after a typo in the same
+    # table was fixed. These run on the raw values whenever the fields they read are valid.
+    cross_checks: ClassVar[tuple[CrossCheck, ...]] = ()
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _cross_checked(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        if not cls.cross_checks:
+            return handler(data)
+        try:
+            model = handler(data)
+        except ValidationError as exc:
+            if not isinstance(data, Mapping):
+                raise
+            failed = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
+            problems = [
+                problem
+                for fields, check in cls.cross_checks
+                if not failed & {cls.model_fields[name].alias or name for name in fields}
+                and (problem := check(cls._raw_values(data, fields)))
+            ]
+            if not problems:
+                raise
+            try:
+                combined = _with_problems(exc.title, _init_details(exc), data, problems)
+            except (KeyError, TypeError, ValueError):  # an error type pydantic cannot rebuild: report the fields
+                raise exc from None
+            raise combined from None
+        problems = [
+            problem
+            for fields, check in cls.cross_checks
+            if (problem := check({name: getattr(model, name) for name in fields}))
+        ]
+        if problems:
+            raise _with_problems(cls.__name__, [], data, problems)
+        return model
+
+    @classmethod
+    def _raw_values(cls, data: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+        values = {}
+        for name in fields:
+            info = cls.model_fields[name]
+            key = info.alias or name
+            values[name] = data[key] if key in data else info.get_default(call_default_factory=True)
+        return values
+
+
+def _init_details(exc: ValidationError) -> list[InitErrorDetails]:
+    details = []
+    for error in exc.errors():
+        detail = InitErrorDetails(type=error["type"], loc=error["loc"], input=error["input"])
+        if "ctx" in error:
+            detail["ctx"] = error["ctx"]
+        details.append(detail)
+    return details
+
+
+def _with_problems(title: str, details: list[InitErrorDetails], data: Any, problems: list[str]) -> ValidationError:
+    """A ValidationError holding `details` and one model-level error per problem."""
+    extra = [
+        InitErrorDetails(type="value_error", loc=(), input=data, ctx={"error": ValueError(problem)})
+        for problem in problems
+    ]
+    return ValidationError.from_exception_data(title, [*details, *extra])
+
+
+def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The choice closest to `word` (a case-insensitive match first), or None."""
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    lowered = word.lower()
+    if lowered in by_lower:
+        return by_lower[lowered]
+    close = difflib.get_close_matches(lowered, by_lower, n=1, cutoff=cutoff)
+    return by_lower[close[0]] if close else None
+
+
+def suggestion(word: str, choices: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the closest choice, or ""."""
+    found = did_you_mean(word, choices)
+    return f"; did you mean {found!r}?" if found is not None and found != word else ""
 
 
 def check_text(value: str, limit: int, allowed: str = "") -> str:
@@ -176,13 +272,9 @@ class CronTrigger(Window):
     @classmethod
     def _expr(cls, value: str) -> str:
         text = " ".join(value.split())
-        expanded = CRON_MACROS.get(text.lower(), text)
-        if text.startswith("@") and text.lower() not in CRON_MACROS:
-            raise ValueError(f"unknown macro {text!r}; use one of {', '.join(sorted(CRON_MACROS))}")
-        if len(expanded.split()) != 5:
-            raise ValueError(f"{value!r} must have 5 fields (minute hour day-of-month month day-of-week)")
-        if not _cron_valid(expanded):
-            raise ValueError(f"{value!r} is not a valid cron expression")
+        problem = cron_problem(text)
+        if problem:
+            raise ValueError(problem)
         return text
 
     @property
@@ -196,11 +288,115 @@ class CronTrigger(Window):
         return [",".join(_collapse_range(part) for part in item.split(",")) for item in raw]
 
 
+@dataclass(frozen=True, slots=True)
+class CronField:
+    """One of the five fields: its name, its numeric range and the names it also accepts."""
+
+    name: str
+    low: int
+    high: int
+    names: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> str:
+        spelled = f" or {self.names[0].upper()}-{self.names[-1].upper()}" if self.names else ""
+        return f"{self.low}-{self.high}{spelled}"
+
+
+CRON_FIELDS = (
+    CronField("minute", 0, 59),
+    CronField("hour", 0, 23),
+    CronField("day of month", 1, 31),
+    CronField("month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
+    CronField("day of week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+CRON_FORMAT = ", ".join(f"{field.name} {field.allowed}" for field in CRON_FIELDS)
+# croniter's "R" is a random value drawn anew by every process that parses the expression.
+_RANDOM = re.compile(r"[Rr](?:\(.*\))?(?:/.*)?")
+
+
+def cron_problem(text: str) -> str | None:
+    """Why a cron expression (or @macro) is not valid, naming the field and its allowed range; None if valid."""
+    expanded = CRON_MACROS.get(text.lower(), text)
+    if text.startswith("@") and text.lower() not in CRON_MACROS:
+        hint = suggestion(text, CRON_MACROS)
+        return f"unknown macro {text!r}{hint} (macros: {', '.join(sorted(CRON_MACROS))})"
+    fields = expanded.split()
+    if len(fields) != 5:
+        return (
+            f"{text!r} has {len(fields)} field{'s' * (len(fields) != 1)}; cron needs 5 fields: "
+            "minute hour day-of-month month day-of-week"
+        )
+    for field, part in zip(CRON_FIELDS, fields, strict=True):
+        if "r" in part.lower() and any(_RANDOM.fullmatch(item) for item in part.split(",")):
+            return (
+                f"cron field {field.name}: R (a random value) is not supported, every engine would pick "
+                f"another one; write a value in {field.allowed}"
+            )
+    if _cron_valid(expanded):
+        return None
+    for field, part in zip(CRON_FIELDS, fields, strict=True):
+        problem = _cron_field_problem(field, part)
+        if problem:
+            return f"cron field {field.name}: {problem}"
+    return f"{text!r} is not a valid cron expression ({CRON_FORMAT})"
+
+
 @lru_cache(maxsize=4096)
 def _cron_valid(expr: str) -> bool:
     from croniter import croniter
 
     return bool(croniter.is_valid(expr))
+
+
+def _cron_field_problem(field: CronField, text: str) -> str | None:
+    """The first problem found in one field that croniter refused; None when not understood here.
+
+    Only explains a refusal: what croniter accepts is accepted (its extensions such as
+    `L`, `5#3` and `15W` too), and reversed ranges wrap (`22-2` hours is 22, 23, 0, 1, 2).
+    """
+    for item in text.split(","):
+        if not item:
+            return f"{text!r} has an empty list item; separate values with single commas"
+        base, slash, step = item.partition("/")
+        if slash:
+            if not (step.isascii() and step.isdigit()):
+                return f"step {step!r} in {item!r} is not a whole number; write e.g. */5"
+            if int(step) == 0:
+                return f"step 0 in {item!r} never advances; a step is at least 1"
+        if base == "*":
+            continue
+        if not base:
+            return f"{item!r} has no value before /; write e.g. */5 or 0-30/5"
+        ends = base.split("-")
+        if len(ends) > 2 or not all(ends):
+            return f"{base!r} is not a value or a range A-B (allowed: {field.allowed})"
+        for end in ends:
+            problem = _cron_value_problem(field, end)
+            if problem:
+                return problem
+    return None
+
+
+def _cron_value_problem(field: CronField, text: str) -> str | None:
+    if text.isascii() and text.isdigit():
+        if not field.low <= int(text) <= field.high:
+            return f"{int(text)} is out of range {field.low}-{field.high}"
+        return None
+    if text.lower() in field.names:
+        return None
+    if field.names and text.isascii() and text.isalpha():
+        found = did_you_mean(text, field.names)
+        hint = f"; did you mean {found.upper()}?" if found else ""
+        return f"{text!r} is not a {field.name} name{hint} (allowed: {field.allowed})"
+    if field.name == "day of week" and "#" in text:
+        day, _, nth = text.partition("#")
+        if not (nth.isascii() and nth.isdigit() and 1 <= int(nth) <= 5):
+            return f"{text!r}: the week of the month after # is 1-5 (5#3 is the third Friday)"
+        return _cron_value_problem(field, day) if day else f"{text!r} needs a weekday before #"
+    if field.name in ("day of month", "day of week") and any(mark in text.upper() for mark in "LW"):
+        return None  # croniter's extensions: its own refusal is reported generically
+    return f"{text!r} is not a number (allowed: {field.allowed})"
 
 
 def _collapse_range(part: str) -> str:
@@ -218,18 +414,14 @@ class IntervalTrigger(Window):
     def _every(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        period = parse_every(value)
-        if period is None:
-            raise ValueError(f'{value!r} is not a duration; write e.g. "90s", "15m", "6h" or "2d"')
+        period = every_seconds(value)
+        if isinstance(period, str):
+            raise ValueError(f"{value!r} is not a duration ({period}); {EVERY_FORMAT}")
         if period > MAX_INTERVAL_SECONDS:
             raise ValueError(f"{value!r} is longer than {MAX_INTERVAL_SECONDS // DAY}d (100 years)")
         return value
 
-    @model_validator(mode="after")
-    def _one_of(self) -> IntervalTrigger:
-        if (self.every is None) == (self.seconds is None):
-            raise ValueError('give exactly one of every = "15m" or seconds = N')
-        return self
+    cross_checks = ((("every", "seconds"), lambda v: _one_period(**v)),)
 
     @property
     def period_seconds(self) -> int:
@@ -241,13 +433,42 @@ class IntervalTrigger(Window):
         return parsed
 
 
+EVERY_FORMAT = 'write whole numbers with units d, h, m, s, largest first, e.g. "90s", "15m", "1h30m" or "2d12h"'
+_EVERY = re.compile(r"(?:\s*[0-9]+\s*[^\s0-9]+)+\s*")
+_EVERY_PART = re.compile(r"([0-9]+)\s*([^\s0-9]+)")
+
+
+def every_seconds(text: str) -> int | str:
+    """`"90s"` → 90, `"1h30m"` → 5400; or, when the text is not a positive duration, why not."""
+    if any(mark in text for mark in ".,"):
+        return "whole numbers only: 1h30m, not 1.5h"
+    if not _EVERY.fullmatch(text):
+        return "no number with a unit" if not text.strip() else "a number and a unit are expected"
+    total, previous = 0, None
+    for number, unit in _EVERY_PART.findall(text):
+        if unit not in INTERVAL_UNITS:
+            lower = f"; units are lower-case ({unit.lower()})" if unit.lower() in INTERVAL_UNITS else ""
+            return f"unknown unit {unit!r}{lower}"
+        if previous is not None and INTERVAL_UNITS[unit] >= INTERVAL_UNITS[previous]:
+            return f"{unit} after {previous}: units go largest first, each once"
+        # At most 15 digits: int() of a very long digit string is slow, then refused (4300 digits).
+        if len(number) > 15:
+            return f"{number[:20]}{'…' * (len(number) > 20)} has more than 15 digits"
+        total += int(number) * INTERVAL_UNITS[unit]
+        previous = unit
+    return total if total > 0 else "it is zero"
+
+
+def _one_period(every: str | None, seconds: int | None) -> str | None:
+    if (every is None) == (seconds is None):
+        return 'give exactly one of every = "15m" or seconds = N'
+    return None
+
+
 def parse_every(text: str) -> int | None:
-    """`"90s"` → 90; None if the text is not a positive duration."""
-    # At most 15 digits: int() of a very long digit string is slow, then refused (4300 digits).
-    match = re.fullmatch(r"\s*([0-9]{1,15})\s*([smhd])\s*", text)
-    if not match or int(match.group(1)) == 0:
-        return None
-    return int(match.group(1)) * INTERVAL_UNITS[match.group(2)]
+    """`"90s"` → 90, `"1h30m"` → 5400; None if the text is not a positive duration."""
+    seconds = every_seconds(text)
+    return seconds if isinstance(seconds, int) else None
 
 
 def _clock_time(value: Any) -> time:
@@ -292,16 +513,12 @@ class CalendarTrigger(Window):
     @classmethod
     def _anchor(cls, value: WhenValue | None) -> WhenValue | None:
         if value is None:
-            raise ValueError("a calendar trigger needs start_at = YYYY-MM-DD (the anchor date)")
+            raise ValueError(NEEDS_ANCHOR)
         if isinstance(value, datetime):
             raise ValueError("the calendar anchor is a date: write start_at = YYYY-MM-DD, times go in `at`")
         return value
 
-    @model_validator(mode="after")
-    def _needs_anchor(self) -> CalendarTrigger:
-        if self.start_at is None:
-            raise ValueError("a calendar trigger needs start_at = YYYY-MM-DD (the anchor date)")
-        return self
+    cross_checks = ((("start_at",), lambda v: NEEDS_ANCHOR if v["start_at"] is None else None),)
 
     @property
     def times(self) -> list[time]:
@@ -469,7 +686,8 @@ class Target(Model):
     @classmethod
     def _method(cls, value: str) -> str:
         if value.upper() not in HTTP_METHODS:
-            raise ValueError(f"{value!r} is not an HTTP method; use one of {', '.join(HTTP_METHODS)}")
+            hint = suggestion(value.upper(), HTTP_METHODS)
+            raise ValueError(f"{value!r} is not an HTTP method{hint} (methods: {', '.join(HTTP_METHODS)})")
         return value.upper()
 
     @field_validator("headers")
@@ -494,11 +712,13 @@ class Target(Model):
         _literal_secrets(value, "query parameter")
         return value
 
-    @model_validator(mode="after")
-    def _one_body(self) -> Target:
-        if self.body is not None and self.json_body is not None:
-            raise ValueError('give either json = {...} or body = "...", not both')
-        return self
+    cross_checks = ((("json_body", "body"), lambda v: _one_body(**v)),)
+
+
+def _one_body(json_body: JsonValue, body: str | None) -> str | None:
+    if json_body is not None and body is not None:
+        return 'give either json = {...} or body = "...", not both'
+    return None
 
 
 class Policy(Model):
@@ -515,17 +735,24 @@ class Policy(Model):
     @property
     def backoff_total(self) -> float:
         """Every backoff wait of one run together: `retry_backoff_seconds × (2^retries − 1)`."""
-        return float(self.retry_backoff_seconds) * float(2**self.retries - 1)
+        return backoff_total(self.retries, self.retry_backoff_seconds)
 
-    @model_validator(mode="after")
-    def _retry_wait(self) -> Policy:
-        wait = self.backoff_total
-        if wait > MAX_RETRY_WAIT_SECONDS:
-            raise ValueError(
-                f"retries = {self.retries} with retry_backoff_seconds = {self.retry_backoff_seconds:g} wait "
-                f"{wait:,.0f} s in all (backoff doubles per attempt), more than one day; lower either"
-            )
-        return self
+    cross_checks = ((("retries", "retry_backoff_seconds"), lambda v: _retry_wait_problem(**v)),)
+
+
+def backoff_total(retries: int, backoff: float) -> float:
+    """Every backoff wait of one run together: `backoff × (2^retries − 1)`."""
+    return float(backoff) * float(2**retries - 1)
+
+
+def _retry_wait_problem(retries: int, retry_backoff_seconds: float) -> str | None:
+    wait = backoff_total(retries, retry_backoff_seconds)
+    if wait <= MAX_RETRY_WAIT_SECONDS:
+        return None
+    return (
+        f"retries = {retries} with retry_backoff_seconds = {retry_backoff_seconds:g} wait "
+        f"{wait:,.0f} s in all (backoff doubles per attempt), more than one day; lower either"
+    )
 
 
 class TaskSpec(Model):
@@ -543,12 +770,9 @@ class TaskSpec(Model):
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f'unknown time zone {value!r}; use an IANA name such as "Europe/Berlin"') from None
+        problem = zone_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("moved_from")
@@ -563,6 +787,43 @@ class TaskSpec(Model):
     def normalized(self) -> dict[str, Any]:
         """The canonical JSON form stored in `scheduler.tasks.spec` (defaults filled in)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+@lru_cache(maxsize=1024)
+def zone_problem(name: str) -> str | None:
+    """Why `name` is not a time zone, with the closest IANA name when one is near; None if it is one."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder such as "Europe", a long name
+        found = closest_zone(name)
+        hint = f"did you mean {found!r}?" if found else 'use an IANA name such as "Europe/Berlin"'
+        return f"unknown time zone {name[:MAX_NAME]!r}; {hint}"
+    return None
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> tuple[frozenset[str], dict[str, str]]:
+    from zoneinfo import available_timezones
+
+    names = frozenset(available_timezones())
+    cities: dict[str, str] = {}
+    for name in sorted(names, key=lambda n: (n.count("/"), n)):  # "Europe/Berlin" over "posix/Europe/Berlin"
+        cities.setdefault(name.rsplit("/", 1)[-1].lower(), name)
+    return names, cities
+
+
+def closest_zone(name: str) -> str | None:
+    """The IANA zone nearest to a misspelt `name` (case first, then spelling, then the city alone), or None."""
+    if len(name) > MAX_NAME:
+        return None
+    names, cities = _zone_names()
+    found = did_you_mean(name, names)
+    if found is None:
+        city = did_you_mean(name.rsplit("/", 1)[-1].replace(" ", "_"), cities, cutoff=0.8)
+        found = cities[city] if city is not None else None
+    return found
 
 
 def id_problem(task_id: str) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from reconciler.loader import FileError, Task, spec_hash
 from reconciler.revision import LiveRevision
 from reconciler.store import TaskRow
-from reconciler.triggers import dst_warnings, upcoming
+from reconciler.triggers import dst_warnings, never_fires, upcoming
 
 Op = Literal["create", "update", "delete", "move", "noop"]
 FORMAT_VERSION = 2
@@ -152,6 +152,9 @@ def _schedule_preview(change: Change, task: Task, now: datetime) -> None:
 
     change.next_fire_times = [f.at for f in upcoming(task.schedule, now, 3)]
     change.warnings = dst_warnings(task.schedule, task.spec.timezone, now)
+    never = never_fires(task.spec, task.schedule, now)
+    if never:  # a warning, not a refusal: a once in the past may be kept on purpose
+        change.warnings.append(f"{never[0]}: {never[1]}")
     change.description = describe_trigger(task.spec)
 
 

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from reconciler.masking import mask_path, mask_spec, mask_url
 from reconciler.models import Policy
 from reconciler.plan import FORMAT_VERSION, Change, FieldDiff, Plan
-from reconciler.render import iso, safe
+from reconciler.render import iso, safe, utc_text, when_text
 
 SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
 COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift": "35"}
@@ -92,7 +92,7 @@ def _details(change: Change, zone: ZoneInfo) -> list[str]:
     if change.description:
         lines.append(f"schedule: {change.description}")
     for moment in change.next_fire_times:
-        lines.append(f"next: {moment.astimezone(zone).strftime('%Y-%m-%d %H:%M:%S %Z')}  ({iso(moment)})")
+        lines.append(f"next: {when_text(moment, zone)}")
     lines += [f"warning: {w}" for w in change.warnings]
     return lines
 
@@ -138,7 +138,7 @@ def summary_line(plan: Plan) -> str:
 def _footer(plan: Plan) -> list[str]:
     out = []
     if plan.live is not None:
-        out.append(f"live revision {plan.live.revision or '(none)'} (applied {iso(plan.live.applied_at)})")
+        out.append(f"live revision {plan.live.revision or '(none)'} (applied {utc_text(plan.live.applied_at)})")
     out.append(f"plan digest {plan.digest}")
     return out
 

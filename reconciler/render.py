@@ -1,44 +1,89 @@
-"""Renderings for people and machines: `next` listings and plans (text, markdown, json)."""
+"""Renderings for people and machines: `next` listings, instants, tables, status and run lines.
+
+Text output writes every instant one way, `2026-12-03 09:55:00 UTC` (utc_text), next to the
+task's local time where that differs (when_text); json keeps ISO 8601 with an offset (iso).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
 from reconciler.loader import Task
 from reconciler.models import TaskSpec
 from reconciler.triggers import Fire
 
+# A due task is claimed within a second or two while an engine runs; this much later means none is claiming it.
+OVERDUE_SECONDS = 60
+_INTERVAL_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
 
 def describe_trigger(spec: TaskSpec) -> str:
-    """A plain-English description of a task's schedule."""
+    """A plain-English description of a task's schedule (24-hour clock, intervals in words)."""
     trigger = spec.trigger
     if trigger.kind == "cron":
         try:
-            from cron_descriptor import get_description
+            from cron_descriptor import Options, get_description
 
-            text = str(get_description(" ".join(trigger.fields)))
+            # English and a 24-hour clock whatever the machine's locale, like every timestamp next to it.
+            options = Options(use_24hour_time_format=True, locale_code="en_US")
+            text = str(get_description(" ".join(trigger.fields), options))
         except Exception:  # cron-descriptor rejects some valid croniter syntax; fall back to the raw text
             text = f"cron {trigger.expr}"
         return f"{text} ({spec.timezone})"
     if trigger.kind == "interval":
-        return f"every {trigger.period_seconds} seconds of elapsed time"
+        return f"{interval_words(trigger.period_seconds)} (elapsed time)"
     if trigger.kind == "calendar":
         times = ", ".join(t.strftime("%H:%M") for t in trigger.times)
         unit = trigger.unit if trigger.every > 1 else trigger.unit.rstrip("s")
         every = f"every {trigger.every} {unit}" if trigger.every > 1 else f"every {unit}"
         return f"{every} at {times} from {trigger.start_at} ({spec.timezone})"
-    return f"once at {trigger.at} ({spec.timezone})"
+    at = trigger.at
+    if isinstance(at, datetime) and at.tzinfo is not None:
+        return f"once at {when_text(at, ZoneInfo(spec.timezone))}"
+    return f"once at {at} ({spec.timezone})"
+
+
+def interval_words(seconds: int) -> str:
+    """`every minute`, `every 15 minutes`, `every 1 hour 30 minutes`, `every day`."""
+    parts: list[tuple[int, str]] = []
+    left = seconds
+    for name, size in _INTERVAL_UNITS:
+        count, left = divmod(left, size)
+        if count:
+            parts.append((count, name))
+    if len(parts) == 1 and parts[0][0] == 1:
+        return f"every {parts[0][1]}"
+    return "every " + " ".join(f"{count} {name}{'s' if count != 1 else ''}" for count, name in parts)
+
+
+# ---------------------------------------------------------------- instants
+
+
+def utc_text(moment: datetime | None) -> str:
+    """`2026-12-03 09:55:00 UTC`, the one way text output writes an instant (to the second); `-` for none."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
+
+
+def local_text(moment: datetime, zone: ZoneInfo) -> str:
+    """`2026-12-03 10:55:00 CET`: the wall-clock time in `zone`, with its abbreviation."""
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def when_text(moment: datetime, zone: ZoneInfo) -> str:
+    """`2026-12-03 10:55:00 CET (2026-12-03 09:55:00 UTC)`, or the UTC text alone when the zone is UTC."""
+    local, utc = local_text(moment, zone), utc_text(moment)
+    return utc if local == utc else f"{local} ({utc})"
 
 
 def fire_line(fire: Fire, zone: ZoneInfo) -> str:
-    """`2026-12-03 02:30:00 CET (+01:00)  2026-12-03T01:30:00Z  [DST: …]`."""
-    local = fire.at.astimezone(zone)
-    utc = fire.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    text = f"{local.strftime('%Y-%m-%d %H:%M:%S %Z')} ({local.strftime('%z')[:3]}:{local.strftime('%z')[3:]})  {utc}"
+    """`2026-12-03 02:30:00 CET (2026-12-03 01:30:00 UTC)  [DST: …]`."""
+    text = when_text(fire.at, zone)
     return f"{text}  [DST: {fire.note}]" if fire.note else text
 
 
@@ -99,4 +144,111 @@ def history_line(row: dict[str, Any]) -> str:
     ref = f" [{row['reference']}]" if row["reference"] else ""
     msg = f": {row['message']}" if row["message"] else ""
     op = f" ({row['op']})" if row.get("op") else ""
-    return safe(f"#{row['id']} {iso(row['applied_at'])} {row['source']} {rev}{who}{ref}{msg} — {done}{op}")
+    return safe(f"#{row['id']} {utc_text(row['applied_at'])} {row['source']} {rev}{who}{ref}{msg} — {done}{op}")
+
+
+# ---------------------------------------------------------------- terminals and tables
+
+
+def colour_wanted(stream: TextIO, no_color: bool = False) -> bool:
+    """ANSI colours only on a terminal, never with `--no-color` or a non-empty NO_COLOR (no-color.org)."""
+    return not no_color and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb" and stream.isatty()
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> list[str]:
+    """Aligned columns, each as wide as its widest cell (cells escaped by `safe`); `right`: right-aligned columns."""
+    cells = [[safe(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in cells
+    ]
+
+
+# ---------------------------------------------------------------- status
+
+
+def grace_seconds(spec: dict[str, Any]) -> int:
+    """A stored spec's policy.misfire_grace_seconds (the default, 60, when absent or edited into nonsense)."""
+    policy = spec.get("policy")
+    value = policy.get("misfire_grace_seconds") if isinstance(policy, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 60
+
+
+def is_overdue(enabled: bool, next_run_at: datetime | None, grace: int, now: datetime) -> bool:
+    """Due longer ago than OVERDUE_SECONDS (or the task's misfire grace, when longer) and still not claimed:
+    no engine is claiming it, and one that claims it now records the occurrence missed."""
+    if not enabled or next_run_at is None:
+        return False
+    return (now - next_run_at).total_seconds() > max(OVERDUE_SECONDS, grace)
+
+
+def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revisions: list[dict[str, Any]]) -> str:
+    """`reconciler status` for a terminal: live revisions, one row per task, live engines."""
+    lines = []
+    for r in revisions:
+        by = f" by {r['author']}" if r["author"] else ""
+        applied = utc_text(r["applied_at"])
+        lines.append(safe(f"source {r['source']}: live revision {r['revision'] or '(none)'} (applied {applied}{by})"))
+    header = ["TASK", "NEXT RUN (UTC)", "NEXT RUN (local)", "LAST RUN (UTC)", "LAST STATUS", "FLAGS"]
+    rows = [
+        [
+            t["id"],
+            utc_text(t["next_run_at"]) if t["enabled"] else "disabled",
+            t["next_run_local"],
+            utc_text(t["last_run_at"]),
+            t["last_status"] or "-",
+            " ".join(flag for flag, on in (("OVERDUE", t["overdue"]), ("DRIFT", t["drift"])) if on),
+        ]
+        for t in tasks
+    ]
+    lines += table(header, rows) if tasks else ["no tasks in the database"]
+    lines.append(f"{len(engines)} live engine(s)")
+    lines += [
+        safe(f"  {e['engine_id']} ({e['host']} pid {e['pid']}, last seen {utc_text(e['last_seen'])})") for e in engines
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- runs
+
+
+def runs_text(rows: list[dict[str, Any]], verbose: bool = False) -> str:
+    """`reconciler runs` for a terminal (values already masked): one aligned row per run; `verbose` adds
+    the engine, the times and the stored response excerpt under each."""
+    header = ["RUN", "TASK", "SCHEDULED FOR (UTC)", "KIND", "STATUS", "TRY", "HTTP", "ERROR"]
+    cells = [
+        [
+            str(r["id"]),
+            r["task_id"],
+            utc_text(r["scheduled_for"]),
+            r["kind"],
+            r["status"],
+            str(r["attempt"]),
+            str(r["http_status"] or "-"),
+            r["error"] or "",
+        ]
+        for r in rows
+    ]
+    head, *body = table(header, cells, right=(0, 5, 6))
+    out = [head]
+    for r, line in zip(rows, body, strict=True):
+        out.append(line)
+        if verbose:
+            out += [safe(f"    {detail}") for detail in _run_details(r)]
+    return "\n".join(out)
+
+
+def _run_details(run: dict[str, Any]) -> list[str]:
+    facts = [f"engine {run['engine_id']}"] if run.get("engine_id") else []
+    facts += [
+        f"{name} {utc_text(run[name + '_at'])}" for name in ("claimed", "started", "finished") if run.get(name + "_at")
+    ]
+    if run.get("duration_ms") is not None:
+        facts.append(f"{run['duration_ms']} ms")
+    lines = [", ".join(facts)] if facts else []
+    excerpt = run.get("response_excerpt")
+    lines.append(f"response: {excerpt}" if excerpt else "response: (none stored)")
+    return lines

@@ -135,16 +135,22 @@ class TokenCache:
         return _Token(value, time.monotonic() + lifetime)
 
 
-def idempotency_key(task_id: str, scheduled_for: datetime) -> str:
-    """`<task id>@<scheduled_for UTC>`: the same for every attempt of one occurrence."""
+def idempotency_key(task_id: str, scheduled_for: datetime, manual_run: int | None = None) -> str:
+    """`<task id>@<scheduled_for UTC>`: the same for every attempt of one occurrence.
+
+    A manual run has `<task id>@manual-<run id>`: its own, never a scheduled occurrence's
+    (those end in a date), never another manual run's.
+    """
+    if manual_run is not None:
+        return f"{task_id}@manual-{manual_run}"
     return f"{task_id}@{scheduled_for.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
-def jitter_seconds(task_id: str, scheduled_for: datetime, jitter: int) -> float:
-    """A delay in [0, jitter] that is the same for the same occurrence on every replica."""
+def jitter_seconds(key: str, jitter: int) -> float:
+    """A delay in [0, jitter] that is the same for the same occurrence (idempotency `key`) on every replica."""
     if jitter <= 0:
         return 0.0
-    digest = hashlib.sha256(idempotency_key(task_id, scheduled_for).encode()).digest()
+    digest = hashlib.sha256(key.encode()).digest()
     return int.from_bytes(digest[:8], "big") % (jitter * 1000 + 1) / 1000
 
 
@@ -246,7 +252,7 @@ class Firer:
         return RunSecrets(self.env, self.policy)
 
     async def _headers(
-        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, attempt: int, secrets: RunSecrets
+        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, key: str, attempt: int, secrets: RunSecrets
     ) -> dict[str, str]:
         target = spec.target
         headers = {
@@ -255,7 +261,7 @@ class Firer:
         headers["X-Reconciler-Task"] = task_id
         headers["X-Reconciler-Scheduled-For"] = scheduled_for.astimezone(UTC).isoformat()
         headers["X-Reconciler-Attempt"] = str(attempt)
-        headers["Idempotency-Key"] = idempotency_key(task_id, scheduled_for)
+        headers["Idempotency-Key"] = key
         auth = target.auth
         if isinstance(auth, BearerAuth):
             token = header_value("Authorization", auth.token, secrets, "target.auth.token")
@@ -283,14 +289,14 @@ class Firer:
         return kwargs
 
     async def _exchange(
-        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, attempt: Attempt, secrets: RunSecrets
+        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, key: str, attempt: Attempt, secrets: RunSecrets
     ) -> None:
         """Build, send and read one attempt (the caller bounds it with the deadline)."""
         target = spec.target
         kwargs = self._request_args(spec, secrets)
         session = self.session()
         for refresh in (False, True):
-            headers = await self._headers(spec, task_id, scheduled_for, attempt.attempt, secrets)
+            headers = await self._headers(spec, task_id, scheduled_for, key, attempt.attempt, secrets)
             attempt.sent_at = time.time()
             async with session.request(target.method, target.url, headers=headers, **kwargs) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
@@ -312,14 +318,16 @@ class Firer:
                     attempt.transient = response.status >= 500 or response.status == 429
                 return
 
-    async def _send(self, spec: TaskSpec, task_id: str, scheduled_for: datetime, number: int, budget: float) -> Attempt:
+    async def _send(
+        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, key: str, number: int, budget: float
+    ) -> Attempt:
         attempt = Attempt(number)
         secrets = self.secrets()
         timeout = min(float(spec.target.timeout_seconds), budget)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):
-                await self._exchange(spec, task_id, scheduled_for, attempt, secrets)
+                await self._exchange(spec, task_id, scheduled_for, key, attempt, secrets)
         except Exception as exc:  # every failure of one attempt is that attempt's result
             reason, attempt.transient = _classify(exc, timeout)
             if timeout < spec.target.timeout_seconds and isinstance(exc, TimeoutError):
@@ -337,13 +345,16 @@ class Firer:
         scheduled_for: datetime,
         on_attempt: OnAttempt | None = None,
         deadline: float | None = None,
+        key: str | None = None,
     ) -> Outcome:
         """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
 
         `deadline` (time.monotonic()) is when the run's lease ends: no attempt runs past it and
         no backoff wait that would cross it is started; the run fails with the reason instead.
+        `key` is the Idempotency-Key (default: the scheduled occurrence's).
         """
-        delay = jitter_seconds(task_id, scheduled_for, spec.policy.jitter_seconds)
+        key = key or idempotency_key(task_id, scheduled_for)
+        delay = jitter_seconds(key, spec.policy.jitter_seconds)
         if delay:
             await self.sleep(delay)
         outcome = Outcome("failed")
@@ -351,7 +362,7 @@ class Firer:
             async with self.slots:
                 budget = float("inf") if deadline is None else deadline - time.monotonic()
                 if budget > 0:
-                    attempt = await self._send(spec, task_id, scheduled_for, number, budget)
+                    attempt = await self._send(spec, task_id, scheduled_for, key, number, budget)
                 else:
                     attempt = Attempt(number, error="not sent: the run's lease ended while it waited for a free slot")
             outcome.attempts.append(attempt)

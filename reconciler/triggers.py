@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from croniter import CroniterBadDateError, croniter
 
 from reconciler.models import (
+    CRON_MACROS,
     MAX_YEAR,
     MIN_YEAR,
     CalendarTrigger,
@@ -23,6 +24,7 @@ from reconciler.models import (
     IntervalTrigger,
     OnceTrigger,
     TaskSpec,
+    Trigger,
     WhenValue,
 )
 
@@ -367,16 +369,38 @@ def default_overlap(spec: TaskSpec) -> Overlap:
     return "first"
 
 
+def trigger_instants(trigger: Trigger, zone: ZoneInfo) -> tuple[dict[str, datetime], list[TriggerError]]:
+    """The trigger's `at`/`start_at`/`end_at` as instants, and every problem with them (not just the first)."""
+    names = ("at",) if isinstance(trigger, OnceTrigger) else ("start_at", "end_at")
+    instants: dict[str, datetime] = {}
+    problems: list[TriggerError] = []
+    for name in names:
+        value = getattr(trigger, name)
+        if value is None:
+            continue
+        try:
+            instants[name] = resolve_window_time(value, zone, f"trigger.{name}")
+        except TriggerError as exc:
+            problems.append(exc)
+    start, end = instants.get("start_at"), instants.get("end_at")
+    if start is not None and end is not None and end <= start:
+        assert not isinstance(trigger, OnceTrigger)
+        problems.append(
+            TriggerError("trigger.end_at", f"end_at ({trigger.end_at}) must be after start_at ({trigger.start_at})")
+        )
+    return instants, problems
+
+
 def compile_schedule(spec: TaskSpec) -> Schedule:
-    """Turn a validated task spec into a schedule; raises TriggerError for bad window times."""
+    """Turn a validated task spec into a schedule; raises TriggerError for bad window times (the first one)."""
     zone = ZoneInfo(spec.timezone)
     trigger = spec.trigger
+    instants, problems = trigger_instants(trigger, zone)
+    if problems:
+        raise problems[0]
     if isinstance(trigger, OnceTrigger):
-        return OnceSchedule(resolve_window_time(trigger.at, zone, "trigger.at"))
-    start = resolve_window_time(trigger.start_at, zone, "trigger.start_at") if trigger.start_at else None
-    end = resolve_window_time(trigger.end_at, zone, "trigger.end_at") if trigger.end_at else None
-    if start is not None and end is not None and end <= start:
-        raise TriggerError("trigger.end_at", f"end_at ({trigger.end_at}) must be after start_at ({trigger.start_at})")
+        return OnceSchedule(instants["at"])
+    start, end = instants.get("start_at"), instants.get("end_at")
     if isinstance(trigger, IntervalTrigger):
         return IntervalSchedule(timedelta(seconds=trigger.period_seconds), start, end)
     common: dict[str, object] = {
@@ -438,3 +462,83 @@ def dst_warnings(schedule: Schedule, zone_name: str, now: datetime, days: int = 
                 break
             cursor = fire.at
     return notes
+
+
+# ---------------------------------------------------------------- schedules that cannot fire
+
+TEN_YEARS = timedelta(days=3653)
+A_YEAR = timedelta(days=367)  # a date that comes every year comes within this
+
+
+def _matches_every_year(spec: TaskSpec) -> bool:
+    """Whether a cron surely fires within a year, decided from its text alone (croniter costs ~0.2 ms a task).
+
+    True when the day fields are plain (no `L`, `W`, `#` or `?`, which some months or years
+    lack) and name a day 1-28 or leave the day of month `*`: every month it names has such a
+    day. DST can only move such a time (`dst_gap = "shift"`), never drop every one of them.
+    """
+    trigger = spec.trigger
+    if not isinstance(trigger, CronTrigger) or spec.policy.dst_gap != "shift":
+        return False
+    _, _, day, _, weekday = CRON_MACROS.get(trigger.expr.lower(), trigger.expr).split()
+    if any(mark in (day + weekday).upper() for mark in "LW#?"):
+        return False
+    return day == "*" or min(_first_day(item) for item in day.split(",")) <= 28
+
+
+def _first_day(item: str) -> int:
+    """The lowest day of month of one list item (`5`, `5-9`, `*/2`, `10-20/3`; a reversed range wraps past 1)."""
+    base = item.split("/")[0]
+    if base == "*":
+        return 1
+    low, _, high = base.partition("-")
+    return int(low) if not high or int(low) <= int(high) else 1
+
+
+def never_fires(spec: TaskSpec, schedule: Schedule, now: datetime) -> tuple[str, str] | None:
+    """(key path, message) when the schedule has no occurrence in the ten years after `now`, else None.
+
+    At most one `next_fire_time` call, none for most crons: cheap enough for every file of a plan.
+    """
+    _require_aware(now)
+    limit = min(now, HORIZON) + TEN_YEARS
+    trigger = spec.trigger
+    zone = ZoneInfo(spec.timezone)
+    instants, _ = trigger_instants(trigger, zone)
+    if "at" in instants and instants["at"] <= now:
+        when = _shown(instants["at"], zone)
+        return "trigger.at", f"{when} is in the past, so this task will not fire (again); set a later time or remove it"
+    if "end_at" in instants and instants["end_at"] <= now:
+        when = _shown(instants["end_at"], zone)
+        return (
+            "trigger.end_at",
+            f"the window ended at {when}, so this task will not fire again; move end_at or remove it",
+        )
+    start, end = instants.get("start_at"), instants.get("end_at")
+    if _matches_every_year(spec) and (start is None or start <= limit - A_YEAR) and (end is None or end > now + A_YEAR):
+        return None  # the common case, decided without croniter: a plan checks 10,000 files
+    upcoming_at = schedule.next_fire_time(now)
+    if upcoming_at is not None and upcoming_at <= limit:
+        return None
+    if "start_at" in instants and instants["start_at"] > limit:
+        key = "trigger.start_at"
+    elif upcoming_at is None and "end_at" in instants:
+        key = "trigger.end_at"
+    elif isinstance(trigger, CronTrigger):
+        key = "trigger.expr"
+    elif isinstance(trigger, OnceTrigger):
+        key = "trigger.at"
+    else:
+        key = "trigger"
+    if upcoming_at is not None:
+        return key, f"the next occurrence, {_shown(upcoming_at, zone)}, is more than ten years away"
+    if "end_at" in instants:
+        return key, f"no occurrence before end_at ({_shown(instants['end_at'], zone)}), so this task will not fire"
+    if isinstance(trigger, CronTrigger):
+        lacking = "a day its months lack, such as 30 February?"
+        return key, f"{trigger.expr!r} matches no date ({lacking}), so this task will not fire"
+    return key, "no occurrence in the next ten years, so this task will not fire"
+
+
+def _shown(moment: datetime, zone: ZoneInfo) -> str:
+    return moment.astimezone(zone).isoformat()

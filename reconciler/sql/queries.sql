@@ -101,20 +101,47 @@ SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
 
 -- name: claim_due
 -- The claim: due rows, oldest first, skipping rows another replica holds.
+-- %(sources)s scopes an engine (`engine --source`); empty: every source.
 SELECT id, spec::text AS spec_text, spec_hash, next_run_at FROM scheduler.tasks
  WHERE enabled AND next_run_at <= %(now)s
+   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
  ORDER BY next_run_at
  FOR UPDATE SKIP LOCKED
  LIMIT %(batch)s;
 
 -- name: claim_queued
--- Manual runs queued by `reconciler trigger`.
+-- Manual runs queued by `reconciler trigger`, oldest first, only as many of a task as it has
+-- free slots (max_running_instances less its live leases): a run that must wait stays queued
+-- and does not take a place in the batch. The claim counts the slots again under the task's
+-- lock; this is the cheap first cut.
 SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, t.spec_hash
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
- WHERE r.status = 'queued'
+ WHERE r.id IN (
+        SELECT q.id FROM (
+            SELECT id, task_id, row_number() OVER (PARTITION BY task_id ORDER BY id) AS place
+              FROM scheduler.runs WHERE status = 'queued') q
+          JOIN scheduler.tasks s ON s.id = q.task_id
+         WHERE (cardinality(%(sources)s::text[]) = 0 OR s.source = ANY(%(sources)s::text[]))
+           AND q.place <= (CASE WHEN jsonb_typeof(s.spec -> 'policy' -> 'max_running_instances') = 'number'
+                                THEN LEAST((s.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
+                                ELSE 1 END)
+                          - (SELECT count(*) FROM scheduler.run_leases l
+                              WHERE l.task_id = q.task_id AND l.expires_at > %(now)s))
+   AND r.status = 'queued'
  ORDER BY r.id
  FOR UPDATE OF r SKIP LOCKED
  LIMIT %(batch)s;
+
+-- name: run_cancel
+-- `reconciler cancel`: only a queued run (a running one has left; its lease covers it).
+UPDATE scheduler.runs SET status = 'skipped', finished_at = %(now)s, error = %(error)s
+ WHERE id = %(run_id)s AND status = 'queued'
+RETURNING id, task_id;
+
+-- name: run_get
+SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
+       http_status, error, duration_ms, response_excerpt
+  FROM scheduler.runs WHERE id = %(run_id)s;
 
 -- name: lock_tasks
 -- Per-task advisory locks (sorted, so two claims never deadlock) guarding the lease count.
@@ -176,9 +203,20 @@ ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXC
 DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 
 -- name: nearest_due
+-- queued: a manual run this engine could start now (one waiting for a slot wakes the engine
+-- through the NOTIFY the finishing engine sends, see runs_finish_notify).
 SELECT min(next_run_at) AS next_run_at,
-       EXISTS (SELECT 1 FROM scheduler.runs WHERE status = 'queued') AS queued
-  FROM scheduler.tasks WHERE enabled AND next_run_at IS NOT NULL;
+       EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks s ON s.id = r.task_id
+                WHERE r.status = 'queued'
+                  AND (cardinality(%(sources)s::text[]) = 0 OR s.source = ANY(%(sources)s::text[]))
+                  AND (CASE WHEN jsonb_typeof(s.spec -> 'policy' -> 'max_running_instances') = 'number'
+                            THEN LEAST((s.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
+                            ELSE 1 END)
+                      > (SELECT count(*) FROM scheduler.run_leases l
+                          WHERE l.task_id = r.task_id AND l.expires_at > %(now)s)) AS queued
+  FROM scheduler.tasks
+ WHERE enabled AND next_run_at IS NOT NULL
+   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
 
 -- name: task_get
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
@@ -192,7 +230,7 @@ RETURNING id;
 
 -- name: runs_list
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-       http_status, error, duration_ms
+       http_status, error, duration_ms, response_excerpt
   FROM scheduler.runs
  WHERE (%(task_id)s::text IS NULL OR task_id = %(task_id)s)
    AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -200,7 +238,9 @@ SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at,
  LIMIT %(limit)s;
 
 -- name: due_backlog
-SELECT count(*) AS due FROM scheduler.tasks WHERE enabled AND next_run_at <= %(now)s;
+SELECT count(*) AS due FROM scheduler.tasks
+ WHERE enabled AND next_run_at <= %(now)s
+   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
 
 -- name: runs_finish_many
 -- Results are written in batches; a late result still wins over `lost`: what happened is recorded.
@@ -216,6 +256,12 @@ UPDATE scheduler.runs r
 
 -- name: leases_release_many
 DELETE FROM scheduler.run_leases WHERE run_id = ANY(%(run_ids)s);
+
+-- name: runs_finish_notify
+-- A freed slot wakes the engines when a manual run of that task is waiting for one.
+SELECT pg_notify('scheduler_tasks', '{"source": "slot"}')
+ WHERE EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.runs q ON q.task_id = r.task_id
+                WHERE r.id = ANY(%(run_ids)s) AND q.status = 'queued');
 
 -- name: runs_prune_keep
 -- policy.keep_runs: finished runs beyond the newest N of each task (running and queued ones stay).
@@ -240,7 +286,8 @@ DELETE FROM scheduler.runs WHERE id IN (
 
 -- name: runs_between
 -- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi].
-SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error
+SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
+       response_excerpt
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND scheduled_for BETWEEN %(lo)s AND %(hi)s
  ORDER BY scheduled_for, id;

@@ -362,8 +362,8 @@ def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stor
     # Decision: a row that no longer validates is written as stored, with a warning; plan then names the
     # file's error instead of planning a delete of the task.
     assert [w for w in warnings if "broken" in w] == [
-        "warning: broken: the stored spec no longer validates (trigger.expr: 'nope' must have 5 fields "
-        "(minute hour day-of-month month day-of-week)); written as stored, fix the file before plan or apply"
+        "warning: broken: the stored spec no longer validates (trigger.expr: 'nope' has 1 field; cron needs 5 "
+        "fields: minute hour day-of-month month day-of-week); written as stored, fix the file before plan or apply"
     ]
     assert tomllib.loads((out_dir / "broken.toml").read_text())["trigger"]["expr"] == "nope"
     code, out, err = cli(capsys, dsn, "--tasks-dir", str(out_dir), "plan")

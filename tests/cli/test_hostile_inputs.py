@@ -51,7 +51,8 @@ class Case:
     argv: tuple[str, ...] = ()  # a command line instead of validate/next/plan/apply
     key: str = ""
     words: str = ""
-    at: str | None = None  # text of the line the error must name; None: line 0
+    at: str | None = None  # text of the line the error must name; None: `line`
+    line: int = 0  # the line the error must name when there is no `at`
     file: str = "t.toml"
     db: bool = False  # also through plan and apply
     spawn: bool = False  # also in a real subprocess
@@ -250,7 +251,8 @@ CASES = [
     entry("linked", lambda root: (root / "linked").symlink_to(root.parent), "outside the tasks directory"),
     entry("fifo.toml", fifo, "not a regular file", spawn=True),
     entry("locked.toml", unreadable, "Permission denied"),
-    entry("latin1.toml", lambda root: (root / "latin1.toml").write_bytes(b'description = "\xe9"\n'), "not UTF-8"),
+    entry("latin1.toml", lambda root: (root / "latin1.toml").write_bytes(b'description = "\xe9"\n'),
+          "not UTF-8 text: byte 0xE9 in column 16", line=1),
     # Accepted at the edges: validate, next (near the end of year 9000), plan and apply all work.
     Case("ok-integer-edges",
          task(trigger=INTERVAL + "seconds = 3153600000", policy="keep_runs = 1000000\n"
@@ -335,7 +337,7 @@ def run(argv: list[str], spawn: bool, cwd: Path) -> tuple[int, str, str]:
 
 def expected_line(case: Case) -> int:
     if case.at is None or case.toml is None:
-        return 0
+        return case.line
     return next(n for n, line in enumerate(case.toml.splitlines(), start=1) if case.at in line)
 
 

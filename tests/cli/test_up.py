@@ -52,3 +52,40 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
         assert "Traceback" not in err
         assert out.lines[-1] == "reconciler up: stopped"
         assert (tmp_path / ".reconciler" / "pgdata" / "PG_VERSION").exists()  # its own embedded database
+
+
+def test_ctrl_c_says_what_it_drains_and_a_second_one_stops_at_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
+    tasks = tmp_path / "tasks.d"
+    tasks.mkdir()
+    stderr = tmp_path / "stderr.txt"
+    with serving() as (url, rec):
+        rec.script("/slow", delay=300)  # far longer than any wait below: only the second Ctrl-C ends the run
+        (tasks / "slow.toml").write_text(
+            f'[trigger]\nkind = "interval"\nevery = "2s"\n[target]\nurl = "{url}/slow"\ntimeout_seconds = 600\n'
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler", "up", "--max-sleep", "1", "--drain-seconds", "600"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr.open("w"),
+            text=True,
+        )
+        out = Output(proc.stdout)
+        try:
+            assert wait_until(lambda: rec.in_flight.get("/slow", 0) == 1, 60), out.lines
+            proc.send_signal(signal.SIGINT)
+            assert wait_until(lambda: "draining 1 run(s) (up to 600 s); Ctrl-C again" in stderr.read_text(), 30)
+            assert proc.poll() is None  # still draining
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)  # far less than the 300 s the target takes: it did not wait
+            out.join()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stop_embedded(tmp_path / ".reconciler")
+    err = stderr.read_text()
+    assert proc.returncode == 0, err
+    assert "stopped with 1 run(s) in flight; they are recorded lost when their leases expire" in err
+    assert "Traceback" not in err

@@ -88,8 +88,12 @@ async def test_due_backlog_counts_enabled_due_tasks(
     url, _ = http
     await setup(store, tmp_path, {"a": cron(f"{url}/a"), "b": cron(f"{url}/b"), "c": cron(f"{url}/c", "0 0 1 1 *")})
     engine.clock = FixedClock(NOW + timedelta(minutes=7))
-    found = await scrape(metrics_url)
-    assert found["reconciler_due_backlog"] == [({}, 2.0)]
+
+    async def counted() -> bool:  # read in the background: the value comes with its age
+        found = await scrape(metrics_url)
+        return found["reconciler_due_backlog"] == [({}, 2.0)] and found["reconciler_due_backlog_age_seconds"][0][1] < 60
+
+    assert await async_wait_until(counted, 60, step=0.2)
 
 
 async def test_healthz_follows_the_database(tmp_path: Path) -> None:
@@ -107,6 +111,10 @@ async def test_healthz_follows_the_database(tmp_path: Path) -> None:
                 await engine.run_once(NOW)
                 assert (await client.get("/readyz")).status_code == 200
                 server.stop()
+                for _ in range(3):  # never waits on the database: Prometheus would drop the scrape
+                    scraped = await client.get("/metrics", timeout=1.0)
+                    assert scraped.status_code == 200
+                    assert "reconciler_due_backlog_age_seconds" in scraped.text
                 health = await client.get("/healthz")
                 assert (health.status_code, health.text) == (503, "database unreachable\n")
                 assert (await client.get("/readyz")).status_code == 503

@@ -22,7 +22,7 @@ url = "http://127.0.0.1:9/x"
 EXPECTED = {
     "unknown-key.toml": (4, "trigger.colour", "unknown key 'colour'"),
     "wrong-type.toml": (1, "enabled", "boolean"),
-    "bad-cron.toml": (3, "trigger.expr", "not a valid cron expression"),
+    "bad-cron.toml": (3, "trigger.expr", "cron field minute: 61 is out of range 0-59"),
     "unknown-zone.toml": (1, "timezone", "unknown time zone 'Mars/Olympus'"),
     "end-before-start.toml": (5, "trigger.end_at", "must be after start_at"),
     "literal-secret.toml": (10, "target.auth.token", "literal secret"),
@@ -85,7 +85,7 @@ def test_defaults_are_filled_in_the_normalized_spec() -> None:
 @pytest.mark.parametrize(
     ("text", "key", "words"),
     [
-        ('[trigger]\nkind = "weekly"\n[target]\nurl = "http://x.y"\n', "trigger", "unknown kind 'weekly'"),
+        ('[trigger]\nkind = "weekly"\n[target]\nurl = "http://x.y"\n', "trigger.kind", "unknown kind 'weekly'"),
         ('[trigger]\nkind = "cron"\nexpr = "* * * *"\n[target]\nurl = "http://x.y"\n', "trigger.expr", "5 fields"),
         (
             '[trigger]\nkind = "interval"\nevery = "5 weeks"\n[target]\nurl = "http://x.y"\n',
