@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 from reconciler import __version__, commands
 from reconciler import export as export_cmd
+from reconciler.embedded import find_tasks_dir
 from reconciler.errors import UserError
 from reconciler.logs import error_line
 from reconciler.models import HOST_PORT, host_problem
@@ -62,6 +63,8 @@ def bounded(kind: Callable[[str], Number], low: Number, high: Number, above: boo
 
     def parse(text: str) -> Number:
         try:
+            if not text.isascii() or "_" in text:  # int() reads '٣', '５' and '1_0'; a person means none of them
+                raise ValueError(text)
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
@@ -239,6 +242,8 @@ def scope_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """`--source` as each command takes it: `engine` a set of sources to claim (`args.sources`,
     empty for every source); the others one ownership label (`args.source`)."""
     given: list[str] = args.source or []
+    if args.command == "engine":  # `--source a,b` as `--source a --source b`, like --allow-env
+        given = [part.strip() for value in given for part in value.split(",")]
     for name in given:
         if not name or not name.isprintable() or len(name) > 200:
             parser.error(f"--source {name!r}: a source is 1 to 200 printable characters")
@@ -254,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     scope_sources(parser, args)
+    args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
     try:
         code: int = args.handler(args)
         return code

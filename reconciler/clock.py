@@ -1,9 +1,10 @@
-"""The injectable clock: the only place that reads the wall clock."""
+"""The injectable clock (the only place that reads the wall clock), and the one way text writes an instant."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Protocol
+from zoneinfo import ZoneInfo
 
 
 class Clock(Protocol):
@@ -41,3 +42,19 @@ SYSTEM = SystemClock()
 def utcnow() -> datetime:
     """The current instant from the system clock (aware, UTC)."""
     return SYSTEM.now()
+
+
+def utc_text(moment: datetime | None) -> str:
+    """`2026-12-03 09:55:00 UTC`, the one way text output writes an instant (to the second); `-` for none."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
+
+
+def local_text(moment: datetime, zone: ZoneInfo) -> str:
+    """`2026-12-03 10:55:00 CET`: the wall-clock time in `zone`, with its abbreviation."""
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def when_text(moment: datetime, zone: ZoneInfo) -> str:
+    """`2026-12-03 10:55:00 CET (2026-12-03 09:55:00 UTC)`, or the UTC text alone when the zone is UTC."""
+    local, utc = local_text(moment, zone), utc_text(moment)
+    return utc if local == utc else f"{local} ({utc})"

@@ -9,8 +9,10 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -20,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler import planview, render
 from reconciler.apply import ApplyOptions, apply_tasks, read_plan
-from reconciler.clock import utcnow
+from reconciler.clock import local_text, utc_text, utcnow
 from reconciler.embedded import database_label, home_for, resolve_dsn, stop_embedded
 from reconciler.engine import Claimed, Engine, EngineConfig, Report, back_off, default_engine_id
 from reconciler.environment import EnvPolicy, globs, policy_errors
@@ -226,13 +228,15 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return with_store(args, work)
 
 
-def _local(moment: datetime | None, zone: str) -> str:
+def _local(moment: datetime | None, zone: str, machine: bool = False) -> str | None:
+    """The instant in the task's zone: text for people, ISO with the offset for json."""
     if moment is None:
-        return "-"
+        return None if machine else "-"
     try:
-        return render.local_text(moment, ZoneInfo(zone))
+        where = ZoneInfo(zone)
     except (KeyError, ValueError, OSError):  # a zone edited by hand (ZoneInfoNotFoundError is a KeyError)
-        return "(unknown zone)"
+        return None if machine else "(unknown zone)"
+    return moment.astimezone(where).isoformat() if machine else local_text(moment, where)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -260,7 +264,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "enabled": row["enabled"],
                 "timezone": row["timezone"],
                 "next_run_at": next_run_at,
-                "next_run_local": _local(next_run_at, row["timezone"]),
+                "next_run_local": _local(next_run_at, row["timezone"], machine=args.format == "json"),
                 "overdue": render.is_overdue(row["enabled"], next_run_at, render.grace_seconds(task_row.spec), now),
                 "last_run_at": row["last_scheduled_for"],
                 "last_status": row["last_status"],
@@ -321,14 +325,27 @@ async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Even
     await apply_files(store, args)
     try:
         await first
+        await apply_files(store, args)
+        async for _ in changes:
+            await apply_files(store, args)
     except StopAsyncIteration:  # stopped before anything changed
         return
-    await apply_files(store, args)
-    async for _ in changes:
-        await apply_files(store, args)
+    except FileNotFoundError:  # the directory was removed while watched
+        err(f"{args.tasks_dir} is gone; no longer watching it (the database keeps what was applied)")
+
+
+def need_tasks_dir(args: argparse.Namespace) -> None:
+    """watch and up watch the directory: it must be there before they start."""
+    if not Path(args.tasks_dir).is_dir():
+        raise UserError(
+            f"--tasks-dir {args.tasks_dir}: directory not found here or in the folders above; "
+            "create it or pass --tasks-dir"
+        )
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    need_tasks_dir(args)
+
     async def work(store: Store) -> int:
         # SIGINT/SIGTERM end the watch cleanly (exit 0, like `up` and `engine`); a KeyboardInterrupt
         # would leave the file watcher's thread running and the process waiting for it.
@@ -358,6 +375,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 FINAL_STATUSES = ("succeeded", "failed", "missed", "skipped", "lost")
 WAIT_POLL_SECONDS = 0.5
+QUEUED_HINT_SECONDS = 10.0
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
@@ -386,6 +404,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 async def follow_run(store: Store, run_id: int) -> int:
     """Poll one run until it ends; print each change of status and the result."""
     shown = "queued"
+    hint_at = time.monotonic() + QUEUED_HINT_SECONDS
     while True:
         async with store.connection() as conn:
             found = await Store.fetch(conn, "run_get", {"run_id": run_id})
@@ -397,6 +416,13 @@ async def follow_run(store: Store, run_id: int) -> int:
             print(f"run {run_id}: {shown} on engine {render.safe(run['engine_id'] or '-')}", flush=True)
         if run["status"] in FINAL_STATUSES:
             break
+        if run["status"] == "queued" and time.monotonic() > hint_at:
+            hint_at = math.inf
+            print(
+                f"run {run_id}: still queued after {QUEUED_HINT_SECONDS:g} s: it waits for a free slot and an engine "
+                "of its source (`reconciler status` lists live engines); Ctrl-C stops waiting, not the run",
+                flush=True,
+            )
         await asyncio.sleep(WAIT_POLL_SECONDS)
     detail = mask_text(run["error"]) if run["error"] else f"HTTP {run['http_status']}"
     print(
@@ -464,7 +490,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
         lines = explain(task, shown, runs, at, now)
         changed = row["revision"] or "unknown (applied without a revision)"
-        return [*lines[:1], f"last changed by revision {changed} at {render.utc_text(row['updated_at'])}", *lines[1:]]
+        return [*lines[:1], f"last changed by revision {changed} at {utc_text(row['updated_at'])}", *lines[1:]]
 
     print("\n".join(render.safe(mask_text(line)) for line in with_store(args, work)))
     return EXIT_OK
@@ -548,8 +574,10 @@ async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event
         from reconciler.metrics import serve_metrics
 
         server = await serve_metrics(args.metrics_addr, engine, store)
-    fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency}
-    log.info("engine %s started", engine.config.engine_id, extra={"fields": fields})
+    sources = list(engine.config.sources)
+    fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency, "sources": sources}
+    scope = f"sources {', '.join(sources)}" if sources else "every source"
+    log.info("engine %s started (%s)", engine.config.engine_id, scope, extra={"fields": fields})
     try:
         if await open_patiently(store, stop):
             await engine.serve(stop)
@@ -561,32 +589,32 @@ async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event
     log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
 
 
-def stop_on_signals(engine: Engine | None = None) -> asyncio.Event:
+def stop_on_signals(engine: Engine | None = None, say: Callable[[str], None] | None = None) -> asyncio.Event:
     """An event set by SIGTERM or SIGINT (Ctrl-C): the engine drains, a watch ends; both exit 0.
 
-    With an engine, the first signal says what the drain waits for and a second one stops at
-    once: runs still in flight are recorded `lost` when their leases expire (README, "Stopping").
+    With an engine, the first signal says (through `say`, default an INFO log: a normal stop
+    must not page anyone) what the drain waits for, and a second one stops at once: runs still
+    in flight are recorded `lost` when their leases expire (README, "Stopping").
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    tell = say or log.info
 
-    def signalled() -> None:
+    def signalled(again: str) -> None:
         if engine is None:
             stop.set()
         elif not stop.is_set():
             stop.set()
-            log.warning(
-                "draining %d run(s) (up to %g s); Ctrl-C again to stop now",
-                len(engine.inflight),
-                engine.config.drain_seconds,
-                extra={"fields": {"inflight": len(engine.inflight), "drain_seconds": engine.config.drain_seconds}},
+            tell(
+                f"draining {len(engine.inflight)} run(s) (up to {engine.config.drain_seconds:g} s); "
+                f"{again} again to stop now"
             )
         elif not engine.hurry.is_set():
             engine.hurry.set()
-            log.warning("stopping now", extra={"fields": {"inflight": len(engine.inflight)}})
+            tell(f"stopping now, {len(engine.inflight)} run(s) in flight")
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, signalled)
+    loop.add_signal_handler(signal.SIGTERM, signalled, "SIGTERM")
+    loop.add_signal_handler(signal.SIGINT, signalled, "Ctrl-C")
     return stop
 
 
@@ -615,30 +643,42 @@ class RunPrinter:
 
     def claimed(self, report: Report, seconds: float) -> None:
         for item in report.recorded:
-            self._line(item.task_id, item.scheduled_for, item.status, item.error or "")
+            detail = (item.error or "").removeprefix(f"{item.status}: ")  # `skipped (skipped: …)` says it twice
+            self._line(item.task_id, item.scheduled_for, item.status, detail)
 
     def finished(self, claimed: Claimed, outcome: Outcome) -> None:
         last = outcome.last
         detail = last.error or f"HTTP {last.http_status}"
         tries = f", attempt {last.attempt}" if last.attempt > 1 else ""
-        self._line(claimed.task_id, claimed.scheduled_for, outcome.status, f"{detail}, {last.duration_ms} ms{tries}")
+        when = "manual run" if claimed.kind == "manual" else utc_text(claimed.scheduled_for)
+        self._line(claimed.task_id, when, outcome.status, f"{detail}, {last.duration_ms} ms{tries}")
 
     @staticmethod
-    def _line(task_id: str, scheduled_for: datetime, status: str, detail: str) -> None:
+    def _line(task_id: str, when: datetime | str, status: str, detail: str) -> None:
         stamp = utcnow().strftime("%H:%M:%S")
-        line = f"[{stamp}] run {task_id} @ {render.utc_text(scheduled_for)}: {status} ({detail})"
-        print(render.safe(line), flush=True)
+        shown = utc_text(when) if isinstance(when, datetime) else when
+        print(render.safe(f"[{stamp}] run {task_id} @ {shown}: {status} ({detail})"), flush=True)
+
+
+def is_run_result(record: logging.LogRecord) -> bool:
+    """A log record of a run's result (its structured fields carry the status)."""
+    fields = getattr(record, "fields", None)
+    return isinstance(fields, dict) and "status" in fields
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Apply, watch and fire in one process: the local development loop."""
     # Run lines go to stdout; logs only for warnings, unless machine-readable logs are asked for.
-    setup_logging(args.log_format, logging.INFO if args.log_format == "json" else logging.WARNING)
+    need_tasks_dir(args)
+    people = args.log_format != "json"
+    setup_logging(args.log_format, logging.WARNING if people else logging.INFO)
+    if people:  # RunPrinter already gave each run its line on stdout
+        logging.getLogger("reconciler.engine").addFilter(lambda record: not is_run_result(record))
     config = engine_config(args, (args.source,))  # `up` fires its own tasks only, even on a shared database
 
     async def work(store: Store) -> int:
         engine = Engine(store, config)
-        stop = stop_on_signals(engine)
+        stop = stop_on_signals(engine, err if people else None)
         engine.observers.append(RunPrinter())
         print(f"reconciler up: watching {args.tasks_dir}, engine {config.engine_id}; Ctrl-C stops", flush=True)
         watcher = asyncio.create_task(watch_files(store, args, stop))

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -21,33 +22,58 @@ HOME_NAME = ".reconciler"
 DOWN_SECONDS = 60.0  # a fast shutdown ends the sessions and writes a checkpoint
 
 
-def project_root(tasks_dir: str, cwd: Path | None = None) -> Path:
-    """The folder the embedded database belongs to.
+def _upwards(here: Path) -> list[Path]:
+    """`here` and the folders above it, up to and including the first that holds a `.git`."""
+    folders = []
+    for folder in (here, *here.parents):
+        folders.append(folder)
+        if (folder / ".git").exists():
+            break
+    return folders
 
-    The parent of the tasks directory when it exists from here; else the nearest folder at
-    or above the working directory that holds a `.reconciler/` or a folder named like the
-    tasks directory (a command run inside `tasks.d/billing/`); else the git top level; else
-    the working directory.
-    """
+
+def find_tasks_dir(tasks_dir: str, cwd: Path | None = None) -> str:
+    """--tasks-dir as given when it exists from here; a relative one that does not is looked for
+    in the folders above (a command run inside `tasks.d/billing/`, up to the git top level) and
+    returned relative to here, so messages name files as the user can open them."""
+    here = (cwd or Path.cwd()).resolve()
+    given = Path(tasks_dir)
+    if given.is_absolute() or (here / given).is_dir():
+        return tasks_dir
+    for folder in _upwards(here)[1:]:
+        if (folder / given).is_dir():
+            return os.path.relpath(folder / given, here)
+    return tasks_dir
+
+
+def project_root(tasks_dir: str, cwd: Path | None = None) -> Path | None:
+    """The folder the embedded database belongs to: the one holding the tasks directory; else
+    the nearest one above that holds a `.reconciler/`; else the git top level; else None."""
     here = (cwd or Path.cwd()).resolve()
     given = here / tasks_dir
     if given.is_dir():
         return given.resolve().parent
-    name = Path(tasks_dir).name or "tasks.d"
-    for folder in (here, *here.parents):
-        if (folder / HOME_NAME).is_dir() or (folder / name).is_dir():
+    for folder in _upwards(here):
+        if (folder / HOME_NAME).is_dir():
             return folder
     try:
         top = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True, timeout=10, check=False
         )
     except (OSError, subprocess.SubprocessError):
-        return here
-    return Path(top.stdout.strip()) if top.returncode == 0 and top.stdout.strip() else here
+        return None
+    return Path(top.stdout.strip()) if top.returncode == 0 and top.stdout.strip() else None
 
 
 def home_for(tasks_dir: str) -> Path:
-    return project_root(tasks_dir) / HOME_NAME
+    """`<project root>/.reconciler`; outside any project an error rather than a stray database."""
+    root = project_root(tasks_dir)
+    if root is None:
+        raise UserError(
+            f"no tasks directory {tasks_dir!r} here or above, and no git repository: run the command in your "
+            "project, pass --tasks-dir, or name a database with --dsn or RECONCILER_DSN"
+        )
+    return root / HOME_NAME
 
 
 def _prepare(home: Path) -> None:
@@ -61,6 +87,8 @@ def _prepare(home: Path) -> None:
 def embedded_dsn(home: Path) -> str:
     """Start (or join) the embedded server under `home` and return its DSN (a Unix socket)."""
     _prepare(home)
+    if not (home / "pgdata" / "PG_VERSION").exists():
+        print(f"creating the embedded PostgreSQL in {home / 'pgdata'} (`reconciler down` stops it)", file=sys.stderr)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(home.resolve()))
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     with warnings.catch_warnings():

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from reconciler.clock import SYSTEM, Clock
+from reconciler.clock import SYSTEM, Clock, utc_text
 from reconciler.environment import EnvPolicy, storable
 from reconciler.errors import DatabaseUnavailable, one_line
 from reconciler.models import Policy, TaskSpec
@@ -71,7 +71,7 @@ def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slot
     if policy.coalesce:
         for moment in occurrences[:-1]:
             late = (now - moment).total_seconds()
-            note = f"coalesced into the run for {latest.isoformat()} (late by {late:.0f} s)"
+            note = f"coalesced into the run for {utc_text(latest)} (late by {late:.0f} s)"
             decisions.append(Decision(moment, "catchup", "missed", note))
         candidates = [latest]
     for moment in candidates:  # oldest first: catch-up runs count against the instance limit too
@@ -173,7 +173,7 @@ def log_recorded(recorded: list[Recorded]) -> None:
         groups.setdefault((item.task_id, item.status), []).append(item)
     for (task_id, status), items in groups.items():
         newest = items[-1]
-        when = newest.scheduled_for.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        when = utc_text(newest.scheduled_for)
         log.log(
             logging.INFO if status == "skipped" else logging.WARNING,
             "task %s: %d run(s) %s (newest scheduled for %s): %s",
@@ -380,7 +380,7 @@ class Engine:
             "run %s (%s %s, run %d) %s: %s, attempt %d, %d ms",
             claimed.task_id,
             claimed.kind,
-            claimed.scheduled_for.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            utc_text(claimed.scheduled_for),
             claimed.run_id,
             outcome.status,
             last.error or f"HTTP {last.http_status}",

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from reconciler.clock import utc_text, when_text
 from reconciler.models import TaskSpec
-from reconciler.render import describe_trigger, fire_line, utc_text, when_text
+from reconciler.render import describe_trigger, fire_line
 from reconciler.triggers import Fire, Schedule, compile_schedule, resolve_window_time
 
 AROUND = 3  # occurrences shown on each side of T

@@ -41,6 +41,7 @@ class EngineMetrics:
         self.backlog = Gauge(
             "reconciler_due_backlog", "Enabled tasks due now (read in the background, see the _age)", registry=registry
         )
+        self.backlog.set(math.nan)  # not read yet: no value rather than a healthy-looking 0
         self.backlog_read_at = math.nan  # time.time() of the last successful read
         Gauge(
             "reconciler_due_backlog_age_seconds",

@@ -13,10 +13,11 @@ import re
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from reconciler.clock import utc_text, when_text
 from reconciler.masking import mask_path, mask_spec, mask_url
 from reconciler.models import Policy
 from reconciler.plan import FORMAT_VERSION, Change, FieldDiff, Plan
-from reconciler.render import iso, safe, utc_text, when_text
+from reconciler.render import iso, safe
 
 SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
 COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift": "35"}

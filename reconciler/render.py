@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
+from reconciler.clock import utc_text, when_text
 from reconciler.loader import Task
 from reconciler.models import TaskSpec
 from reconciler.triggers import Fire
@@ -63,22 +64,6 @@ def interval_words(seconds: int) -> str:
 
 
 # ---------------------------------------------------------------- instants
-
-
-def utc_text(moment: datetime | None) -> str:
-    """`2026-12-03 09:55:00 UTC`, the one way text output writes an instant (to the second); `-` for none."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
-
-
-def local_text(moment: datetime, zone: ZoneInfo) -> str:
-    """`2026-12-03 10:55:00 CET`: the wall-clock time in `zone`, with its abbreviation."""
-    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def when_text(moment: datetime, zone: ZoneInfo) -> str:
-    """`2026-12-03 10:55:00 CET (2026-12-03 09:55:00 UTC)`, or the UTC text alone when the zone is UTC."""
-    local, utc = local_text(moment, zone), utc_text(moment)
-    return utc if local == utc else f"{local} ({utc})"
 
 
 def fire_line(fire: Fire, zone: ZoneInfo) -> str:

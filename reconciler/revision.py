@@ -13,8 +13,10 @@ import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
+
+from reconciler.clock import utc_text
 
 GIT_TIMEOUT = 10.0
 # The commit variables of common CI systems, in order: GitHub Actions, GitLab, Buildkite,
@@ -136,7 +138,7 @@ def verdict(tasks_dir: Path, live: LiveRevision | None, allow_older: bool) -> tu
     """(refusal, warning) about applying this checkout over the live revision."""
     if live is None:
         return None, None
-    when = live.applied_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = utc_text(live.applied_at)
     if live.revision is None:  # worth a word only where there is a revision to compare
         in_git = _git(tasks_dir, "rev-parse", "--git-dir")
         if in_git is None or in_git.returncode != 0:

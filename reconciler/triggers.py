@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
+from reconciler.clock import when_text
 from reconciler.models import (
     CRON_MACROS,
     MAX_YEAR,
@@ -541,4 +542,4 @@ def never_fires(spec: TaskSpec, schedule: Schedule, now: datetime) -> tuple[str,
 
 
 def _shown(moment: datetime, zone: ZoneInfo) -> str:
-    return moment.astimezone(zone).isoformat()
+    return when_text(moment, zone)

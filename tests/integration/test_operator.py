@@ -179,6 +179,13 @@ def test_the_embedded_database_belongs_to_the_project_wherever_the_command_runs(
         assert "billing/invoices" in status.stdout
         assert f"embedded PostgreSQL in {project / '.reconciler' / 'pgdata'}" in status.stdout
         assert not (billing / ".reconciler").exists()
+        checked = run("validate", cwd=billing)  # the tasks directory is found above, as the database is
+        assert (checked.returncode, checked.stdout.strip()) == (0, "1 task file(s) in .. are valid"), checked.stderr
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        stray = run("status", cwd=elsewhere)  # no project here: an error, not a second, empty database
+        assert stray.returncode == 1 and "no tasks directory 'tasks.d' here or above" in stray.stderr
+        assert not (elsewhere / ".reconciler").exists()
         assert (project / ".reconciler" / ".gitignore").read_text().strip().endswith("*")
         shown = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True)
         assert ".reconciler" not in shown.stdout  # never shown as untracked
