@@ -61,7 +61,13 @@ async def test_json_logs_parse_line_by_line_and_hold_no_secret(store: Store, dsn
     }
     assert all({"ts", "level", "scheduled_for", "run_id", "status"} <= set(e) for e in runs.values())
     assert "LOG_UNSET is not set" in runs["missing"]["error"]
-    assert any(e["message"].startswith("engine ") and e["message"].endswith(" started") for e in events)
+    assert any(e["message"].startswith("engine ") and e["message"].endswith(" started (every source)") for e in events)
+    assert {k: v["level"] for k, v in runs.items()} == {  # failures are warnings, to alert on
+        "header": "info",
+        "oauth": "info",
+        "missing": "warning",
+        "failing": "warning",
+    }
     secrets = [SECRET, CLIENT_SECRET, *(t.removeprefix("Bearer ") for t in tokens if t)]
     assert tokens and all(secret not in err for secret in secrets)
 
