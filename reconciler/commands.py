@@ -72,7 +72,6 @@ def parse_instant(text: str, option: str) -> datetime:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-
     result = load_or_report(args)
     if result is None:
         return EXIT_ERROR
@@ -644,7 +643,7 @@ class RunPrinter:
     def claimed(self, report: Report, seconds: float) -> None:
         for item in report.recorded:
             detail = (item.error or "").removeprefix(f"{item.status}: ")  # `skipped (skipped: …)` says it twice
-            self._line(item.task_id, item.scheduled_for, item.status, detail)
+            self._line(item.task_id, utc_text(item.scheduled_for), item.status, detail)
 
     def finished(self, claimed: Claimed, outcome: Outcome) -> None:
         last = outcome.last
@@ -654,10 +653,9 @@ class RunPrinter:
         self._line(claimed.task_id, when, outcome.status, f"{detail}, {last.duration_ms} ms{tries}")
 
     @staticmethod
-    def _line(task_id: str, when: datetime | str, status: str, detail: str) -> None:
+    def _line(task_id: str, when: str, status: str, detail: str) -> None:
         stamp = utcnow().strftime("%H:%M:%S")
-        shown = utc_text(when) if isinstance(when, datetime) else when
-        print(render.safe(f"[{stamp}] run {task_id} @ {shown}: {status} ({detail})"), flush=True)
+        print(render.safe(f"[{stamp}] run {task_id} @ {when}: {status} ({detail})"), flush=True)
 
 
 def is_run_result(record: logging.LogRecord) -> bool:
