@@ -22,9 +22,10 @@ from zoneinfo import ZoneInfo
 
 from reconciler import planview, render
 from reconciler.apply import ApplyOptions, apply_tasks, read_plan
+from reconciler.claim import Claimed, Report
 from reconciler.clock import local_text, utc_text, utcnow
 from reconciler.embedded import database_label, home_for, resolve_dsn, stop_embedded
-from reconciler.engine import Claimed, Engine, EngineConfig, Report, back_off, default_engine_id
+from reconciler.engine import Engine, EngineConfig, back_off, default_engine_id
 from reconciler.environment import EnvPolicy, globs, policy_errors
 from reconciler.errors import DatabaseUnavailable, UserError, one_line
 from reconciler.grants import grants_sql

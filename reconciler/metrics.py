@@ -20,7 +20,8 @@ REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
 QUERY_SECONDS = 2.0  # at most this long per refresh: a database that hangs costs a stale value, never a scrape
 
 if TYPE_CHECKING:
-    from reconciler.engine import Claimed, Engine, Report
+    from reconciler.claim import Claimed, Report
+    from reconciler.engine import Engine
     from reconciler.targets import Outcome
 
 

@@ -352,13 +352,13 @@ async def _result_survives_outage(engine: Engine, dsn: str, rec: Recorder) -> No
         outcome = await firing
         assert outcome.status == "succeeded"
         with pytest.raises(DatabaseUnavailable):
-            await engine.flush_pending()
-        assert len(engine.pending) == 1  # kept, not lost
+            await engine.results.flush()
+        assert len(engine.results.pending) == 1  # kept, not lost
     finally:
         with psycopg.connect(dsn, autocommit=True, dbname="postgres") as admin:
             admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(dbname)))
     await engine.store.recover()  # what the serve loop does after a fault
-    assert await engine.flush_pending() == 0
+    assert await engine.results.flush() == 0
 
 
 async def test_two_engines_claim_each_occurrence_once(
@@ -429,14 +429,14 @@ async def test_concurrent_flushes_never_drop_a_result(store: Store, dsn: str, en
                 "http_status": 204, "error": None, "duration_ms": 1, "excerpt": ""}  # fmt: skip
 
     # The serve loop and the background writer both flush; results keep arriving meanwhile.
-    engine._finish(result(ids[0]))
-    first = asyncio.create_task(engine.flush_pending())
+    engine.results.add(result(ids[0]))
+    first = asyncio.create_task(engine.results.flush())
     await asyncio.sleep(0)
-    engine._finish(result(ids[1]))
-    second = asyncio.create_task(engine.flush_pending())
+    engine.results.add(result(ids[1]))
+    second = asyncio.create_task(engine.results.flush())
     await asyncio.sleep(0)
-    engine._finish(result(ids[2]))
+    engine.results.add(result(ids[2]))
     await asyncio.gather(first, second)
-    await engine.flush_pending()
-    assert engine.pending == []
+    await engine.results.flush()
+    assert engine.results.pending == []
     assert [r["status"] for r in runs(dsn, "t")] == ["succeeded"] * 3

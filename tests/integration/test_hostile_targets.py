@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler.engine import Engine, EngineConfig, _Pending
+from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 from reconciler.targets import Firer
 from tests.helpers import async_wait_until, leases
@@ -166,7 +166,7 @@ async def test_a_run_never_outlives_its_lease(
     assert run.deadline is not None
     run.deadline -= 17  # as if the run had waited 17 s for a free slot
     outcome = await engine.execute(run)
-    await engine.flush_pending()
+    await engine.results.flush()
     await engine.firer.close()
     assert outcome.status == "failed"
     assert str(outcome.last.error).endswith("cut short to end before the run's lease")
@@ -212,13 +212,11 @@ async def test_a_result_the_database_refuses_does_not_cost_the_batch(
     now = datetime.now(UTC)
     for index, claimed in enumerate(report.runs):
         excerpt = "bad\x00byte" if index == 0 else "fine"  # bypasses the sanitizing, as a bug would
-        engine.pending.append(
-            _Pending(
-                {"run_id": claimed.run_id, "attempt": 1, "started_at": now, "http_status": 200, "error": None,
-                 "duration_ms": 1, "excerpt": excerpt, "status": "succeeded", "finished_at": now}
-            )
+        engine.results.add(
+            {"run_id": claimed.run_id, "attempt": 1, "started_at": now, "http_status": 200, "error": None,
+             "duration_ms": 1, "excerpt": excerpt, "status": "succeeded", "finished_at": now}
         )  # fmt: skip
-    await engine.flush_pending()
+    await engine.results.flush()
     await engine.firer.close()
     found = results(dsn)
     assert [found[t]["status"] for t in ("a", "b")] == ["succeeded", "succeeded"]

@@ -48,7 +48,7 @@ async def test_manual_runs_wait_for_the_slot_and_each_has_its_own_key(
     assert [r["status"] for r in runs(dsn) if r["kind"] == "manual"] == ["queued", "queued"]
 
     await engine.execute(scheduled.runs[0])
-    await engine.flush_pending()  # the slot is free again
+    await engine.results.flush()  # the slot is free again
     one = await engine.run_once(at)
     assert [c.run_id for c in one.runs] == [first]  # one at a time, oldest first
     two = await engine.run_once(at)
@@ -72,7 +72,7 @@ async def test_a_manual_run_of_a_task_at_its_limit_does_not_hold_back_other_task
         for run in held.runs:
             if run.task_id == "free":
                 await small.execute(run)
-        await small.flush_pending()
+        await small.results.flush()
         waiting = [queue_manual(dsn, "busy") for _ in range(3)]  # more than a batch, all waiting for busy's slot
         wanted = queue_manual(dsn, "free")
         report = await small.run_once(NOW + timedelta(minutes=5, seconds=3))

@@ -1,0 +1,311 @@
+"""The claim: one transaction that decides what this engine fires now.
+
+Lock due task rows (SKIP LOCKED), decide each due occurrence (fire, missed, skipped: the
+pure `decide`), insert the run rows (ON CONFLICT DO NOTHING), start queued manual runs that
+have a free slot, take leases, advance next_run_at, commit. Only then are requests sent
+(by the runner, `engine.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from reconciler.clock import utc_text
+from reconciler.errors import one_line
+from reconciler.models import Policy, TaskSpec
+from reconciler.store import Conn, Store
+from reconciler.targets import idempotency_key
+from reconciler.triggers import Schedule, compile_schedule
+
+log = logging.getLogger("reconciler.engine")
+
+CATCHUP_CAP = 100  # occurrences recorded per task per claim
+MAX_WALK = 200_000  # occurrences walked to reach `now` after a long outage
+
+Status = Literal["running", "missed", "skipped", "failed"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a claim does with one occurrence."""
+
+    scheduled_for: datetime
+    kind: str  # scheduled | catchup | manual
+    status: Status
+    error: str | None = None
+
+
+def due_occurrences(schedule: Schedule, first: datetime, now: datetime, cap: int = CATCHUP_CAP) -> list[datetime]:
+    """The occurrences from `first` up to `now` (inclusive), the newest `cap` of them."""
+    found: deque[datetime] = deque(maxlen=cap)
+    moment: datetime | None = first
+    steps = 0
+    while moment is not None and moment <= now and steps < MAX_WALK:
+        found.append(moment)
+        moment = schedule.next_fire_time(moment)
+        steps += 1
+    return list(found)
+
+
+def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int) -> list[Decision]:
+    """Misfire grace, coalesce and max_running_instances for one task's due occurrences (pure)."""
+    if not occurrences:
+        return []
+    latest = occurrences[-1]
+    grace = policy.misfire_grace_seconds
+    decisions: list[Decision] = []
+    candidates = occurrences
+    if policy.coalesce:
+        for moment in occurrences[:-1]:
+            late = (now - moment).total_seconds()
+            note = f"coalesced into the run for {utc_text(latest)} (late by {late:.0f} s)"
+            decisions.append(Decision(moment, "catchup", "missed", note))
+        candidates = [latest]
+    for moment in candidates:  # oldest first: catch-up runs count against the instance limit too
+        kind = "scheduled" if moment == latest else "catchup"
+        late = (now - moment).total_seconds()
+        if late > grace:
+            note = f"missed: claimed late by {late:.0f} s, more than misfire_grace_seconds = {grace}"
+            decisions.append(Decision(moment, kind, "missed", note))
+        elif free_slots > 0:
+            decisions.append(Decision(moment, kind, "running"))
+            free_slots -= 1
+        else:
+            note = f"skipped: max_running_instances = {policy.max_running_instances} already running"
+            decisions.append(Decision(moment, kind, "skipped", note))
+    return sorted(decisions, key=lambda d: d.scheduled_for)
+
+
+@dataclass
+class Claimed:
+    """A run this engine must fire."""
+
+    run_id: int
+    task_id: str
+    scheduled_for: datetime
+    kind: str
+    spec: TaskSpec
+    deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
+
+    @property
+    def key(self) -> str:
+        """The Idempotency-Key: the occurrence's, or the manual run's own."""
+        return idempotency_key(self.task_id, self.scheduled_for, self.run_id if self.kind == "manual" else None)
+
+
+@dataclass
+class Report:
+    """What one claim (and, for run_once, its firing) did."""
+
+    claimed_tasks: int = 0
+    fired: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    missed: int = 0
+    skipped: int = 0
+    lost: int = 0
+    duplicates: int = 0  # occurrences already recorded (the ON CONFLICT guard)
+    seconds: float = 0.0  # how long the claim transaction took
+    runs: list[Claimed] = field(default_factory=list)
+    recorded: list[Recorded] = field(default_factory=list)  # rows the claim finished itself
+
+    def record(self, task_id: str, scheduled_for: datetime, status: str, error: str | None) -> None:
+        """A run row that ended in the claim (missed, skipped, failed, lost)."""
+        self.recorded.append(Recorded(task_id, scheduled_for, status, error))
+        if status in ("missed", "skipped", "failed", "lost"):
+            setattr(self, status, getattr(self, status) + 1)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A run the claim recorded as terminal without firing it."""
+
+    task_id: str
+    scheduled_for: datetime
+    status: str
+    error: str | None
+
+
+def log_recorded(recorded: list[Recorded]) -> None:
+    """One WARNING per task and status for runs a claim ended without firing (lost, missed,
+    failed), INFO for skipped ones (the policy at work): a catch-up of 100 misses is one line."""
+    groups: dict[tuple[str, str], list[Recorded]] = {}
+    for item in recorded:
+        groups.setdefault((item.task_id, item.status), []).append(item)
+    for (task_id, status), items in groups.items():
+        newest = items[-1]
+        when = utc_text(newest.scheduled_for)
+        log.log(
+            logging.INFO if status == "skipped" else logging.WARNING,
+            "task %s: %d run(s) %s (newest scheduled for %s): %s",
+            task_id,
+            len(items),
+            status,
+            when,
+            newest.error or "-",
+            extra={
+                "fields": {
+                    "task_id": task_id,
+                    "status": status,
+                    "count": len(items),
+                    "scheduled_for": newest.scheduled_for.astimezone(UTC).isoformat(),
+                    "error": newest.error,
+                }
+            },
+        )
+
+
+def lease_seconds(spec: TaskSpec, margin: float = 30.0) -> float:
+    """How long a run may hold its slot: every attempt's timeout, every backoff, jitter, a margin."""
+    policy = spec.policy
+    attempts = policy.retries + 1
+    return float(spec.target.timeout_seconds) * attempts + policy.backoff_total + policy.jitter_seconds + margin
+
+
+class Claimer:
+    """Runs the claim transaction for one engine; caches compiled specs by (task id, spec hash)."""
+
+    def __init__(
+        self, store: Store, engine_id: str, batch: int, sources: tuple[str, ...] = (), lease_margin: float = 30.0
+    ) -> None:
+        self.store = store
+        self.engine_id = engine_id
+        self.batch = batch
+        self.sources = sources
+        self.lease_margin = lease_margin
+        self._compiled: dict[str, tuple[str, TaskSpec, Schedule]] = {}  # task id → (spec hash, spec, schedule)
+
+    def _compile(self, task_id: str, spec_hash: str, spec_text: str) -> tuple[TaskSpec, Schedule]:
+        """The task's spec and schedule, validated once per spec hash (a changed task replaces its entry)."""
+        cached = self._compiled.get(task_id)
+        if cached is None or cached[0] != spec_hash:
+            spec = TaskSpec.model_validate(json.loads(spec_text))
+            cached = self._compiled[task_id] = (spec_hash, spec, compile_schedule(spec))
+        return cached[1], cached[2]
+
+    async def claim(self, now: datetime) -> Report:
+        """One transaction: record the due occurrences and queued manual runs, take leases, advance."""
+        started = time.perf_counter()
+        report = Report()
+        async with self.store.transaction() as conn:
+            lost = await Store.fetch(conn, "runs_mark_lost", {"now": now})
+            for row in lost:
+                report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
+            scope = {"now": now, "batch": self.batch, "sources": list(self.sources)}
+            due = await Store.fetch(conn, "claim_due", scope)
+            queued = await Store.fetch(conn, "claim_queued", scope)
+            ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
+            held: dict[str, int] = {}
+            if ids:
+                await Store.fetch(conn, "lock_tasks", {"ids": ids})
+                held = {
+                    r["task_id"]: r["held"] for r in await Store.fetch(conn, "leases_held", {"ids": ids, "now": now})
+                }
+            report.claimed_tasks = len(due)
+            inserts: list[tuple[str, Decision]] = []
+            advance: dict[str, datetime | None] = {}
+            specs: dict[str, TaskSpec] = {}
+            for row in due:
+                task_id = row["id"]
+                try:
+                    spec, schedule = self._compile(task_id, row["spec_hash"], row["spec_text"])
+                    free = spec.policy.max_running_instances - held.get(task_id, 0)
+                    decisions = decide(due_occurrences(schedule, row["next_run_at"], now), now, spec.policy, free)
+                    following = schedule.next_fire_time(now)
+                except Exception as exc:  # one task's stored spec must not stop the claim of the others
+                    reason = f"invalid stored spec: {one_line(exc)}"
+                    inserts.append((task_id, Decision(row["next_run_at"], "scheduled", "failed", reason)))
+                    advance[task_id] = None
+                    continue
+                specs[task_id] = spec
+                held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
+                inserts.extend((task_id, d) for d in decisions)
+                advance[task_id] = following
+            report.runs.extend(await self._insert_runs(conn, inserts, specs, now, report))
+            report.runs.extend(await self._start_manual(conn, queued, held, now, report))
+            await self._take_leases(conn, report.runs, now)
+            if advance:
+                await Store.execute(conn, "tasks_advance", {"ids": list(advance), "nexts": list(advance.values())})
+        report.fired = len(report.runs)
+        report.seconds = time.perf_counter() - started
+        log_recorded(report.recorded)
+        return report
+
+    async def _insert_runs(
+        self, conn: Conn, inserts: list[tuple[str, Decision]], specs: dict[str, TaskSpec], now: datetime, report: Report
+    ) -> list[Claimed]:
+        if not inserts:
+            return []
+        terminal = [d.status != "running" for _, d in inserts]
+        params = {
+            "task_ids": [t for t, _ in inserts],
+            "scheduled": [d.scheduled_for for _, d in inserts],
+            "kinds": [d.kind for _, d in inserts],
+            "statuses": [d.status for _, d in inserts],
+            "attempts": [0] * len(inserts),
+            "engines": [self.engine_id] * len(inserts),
+            "claimed": [now] * len(inserts),
+            "finished": [now if done else None for done in terminal],
+            "errors": [d.error for _, d in inserts],
+        }
+        rows = await Store.fetch(conn, "runs_insert", params)
+        report.duplicates += len(inserts) - len(rows)
+        kinds = {(t, d.scheduled_for): d.kind for t, d in inserts}
+        claimed: list[Claimed] = []
+        for row in rows:
+            if row["status"] == "running":
+                key = (row["task_id"], row["scheduled_for"])
+                claimed.append(
+                    Claimed(row["id"], row["task_id"], row["scheduled_for"], kinds[key], specs[row["task_id"]])
+                )
+            else:
+                report.record(row["task_id"], row["scheduled_for"], row["status"], row["error"])
+        return claimed
+
+    async def _start_manual(
+        self, conn: Conn, queued: list[dict[str, Any]], held: dict[str, int], now: datetime, report: Report
+    ) -> list[Claimed]:
+        claimed: list[Claimed] = []
+        for row in queued:
+            task_id = row["task_id"]
+            status, error = "running", None
+            try:
+                spec, _ = self._compile(task_id, row["spec_hash"], row["spec_text"])
+            except Exception as exc:  # as in the scheduled claim: this run fails, the others go on
+                status, error = "failed", f"invalid stored spec: {one_line(exc)}"
+            else:
+                if held.get(task_id, 0) >= spec.policy.max_running_instances:
+                    continue  # a manual run is never skipped: it stays queued until a slot is free
+            params = {"status": status, "engine_id": self.engine_id, "now": now, "error": error}
+            await Store.execute(conn, "runs_start_manual", {**params, "run_id": row["run_id"]})
+            if status == "running":
+                held[task_id] = held.get(task_id, 0) + 1
+                claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], "manual", spec))
+            else:
+                report.record(task_id, row["scheduled_for"], status, error)
+        return claimed
+
+    async def _take_leases(self, conn: Conn, runs: list[Claimed], now: datetime) -> None:
+        if not runs:
+            return
+        margin = self.lease_margin
+        started = time.monotonic()
+        for run in runs:
+            # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
+            run.deadline = started + lease_seconds(run.spec, margin) - margin / 2
+        await Store.execute(
+            conn,
+            "leases_insert",
+            {
+                "task_ids": [c.task_id for c in runs],
+                "run_ids": [c.run_id for c in runs],
+                "engines": [self.engine_id] * len(runs),
+                "expires": [now + timedelta(seconds=lease_seconds(c.spec, margin)) for c in runs],
+            },
+        )
