@@ -1,15 +1,23 @@
-"""Engine throughput and fire lag, against a local 204 sink, compared with a bare claim loop.
+"""Engine throughput, burst lag and slow targets against one local sink, with the ceilings beside them.
 
-1. fires/second with 1 and 3 `reconciler engine` processes for 10,000 due one-shot tasks;
-2. fire lag (arrival at the sink − scheduled_for) p50/p99 for 1,000 tasks due in the same second;
-3. the bare claim-transaction loop (raw psycopg, no HTTP) over the same 10,000 rows, so the
-   engine's figure is also given as a ratio of what the database alone allows.
+In one run, on the same sink (`bench/sink.py`, a raw asyncio server on 127.0.0.1):
+
+(a) fires/s with 1 and 3 `reconciler engine` processes for 10,000 due one-shot tasks;
+(b) the client ceiling: one aiohttp session sending the same requests at the same concurrency;
+(c) the bare claim loops over 10,000 due rows, no HTTP: the raw SQL of a claim (lock, insert
+    runs, advance) and the engine's own claim transaction (`Claimer.claim`: leases, decisions,
+    the next occurrence); fires/s is given as a ratio of each;
+(d) the top-of-the-hour burst: 10,000 tasks on one cron minute, 3 engines, fire lag p50/p99/max;
+(e) slow targets: 2,000 tasks due at once, the sink answering after 200 ms, one engine with
+    --concurrency 500: fires/s against the bound concurrency / latency;
+(f) the peak RSS (VmHWM) of every engine process.
 Results: bench/results/engine.json.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -18,23 +26,37 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import httpx
 import psycopg
 
 from bench.common import write_results
 from bench.reconcile import fresh_database
+from bench.sink import SLOW_SECONDS
 from reconciler.apply import apply_tasks
+from reconciler.claim import Claimer
 from reconciler.cli import tune_gc
 from reconciler.embedded import embedded_dsn
 from reconciler.loader import load_dir
 from reconciler.store import Store
+from reconciler.targets import new_session
 
 TASKS = 10_000
-LAG_TASKS = 1_000
-LEAD_SECONDS = 4.0  # tasks fall due this long after the apply, so every engine is already waiting
+BURST_TASKS = 10_000
+SLOW_TASKS = 2_000
+CONCURRENCY = 100  # the engine's default --concurrency, and the client ceiling's
+SLOW_CONCURRENCY = 500
+LEAD_SECONDS = 6.0  # tasks fall due this long (plus 1 s per 600 files) after the apply starts: every engine waits
+QUIET_SECONDS = 15.0  # a scenario ends when everything arrived, or nothing arrived for this long
+MIB = 1024 * 1024
+
+TaskText = Callable[[int, str], str]
+Due = tuple[TaskText, datetime]  # the task files' text, and when they all fall due
 
 
 def free_port() -> int:
@@ -43,105 +65,201 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_once_tasks(root: Path, count: int, url: str, at: datetime) -> None:
+def due_soon(count: int) -> datetime:
+    # Due after the apply has surely committed (10,000 files take ~5 s to load and write).
+    return datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=LEAD_SECONDS + count / 600)
+
+
+def once_soon(count: int, path: str = "fire") -> Due:
+    """One-shot tasks all due at one second, shortly after their apply."""
+    at = due_soon(count)
     stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        lambda index, url: (
+            f'[trigger]\nkind = "once"\nat = {stamp}\n[target]\nurl = "{url}/{path}/{index}"\n'
+            "timeout_seconds = 30\n[policy]\nmisfire_grace_seconds = 3600\n"
+        ),
+        at,
+    )
+
+
+def hourly_soon(count: int) -> Due:
+    """A `0 * * * *`-like schedule (every hour at the first whole minute after the apply), in UTC and
+    in zones a whole hour away: all fall due at one instant."""
+    at = (due_soon(count) + timedelta(minutes=1)).replace(second=0)
+    zones = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo")
+    return (
+        lambda index, url: (
+            f'timezone = "{zones[index % len(zones)]}"\n[trigger]\nkind = "cron"\nexpr = "{at.minute} * * * *"\n'
+            f'[target]\nurl = "{url}/burst/{index}"\ntimeout_seconds = 30\n[policy]\nmisfire_grace_seconds = 600\n'
+        ),
+        at,
+    )
+
+
+def write_files(root: Path, count: int, url: str, text: TaskText) -> None:
     for index in range(count):
         folder = root / f"g{index // 500:03d}"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"t{index:05d}.toml").write_text(
-            f'[trigger]\nkind = "once"\nat = {stamp}\n[target]\nurl = "{url}/fire/{index}"\n'
-            "timeout_seconds = 30\n[policy]\nmisfire_grace_seconds = 3600\n"
-        )
+        (folder / f"t{index:05d}.toml").write_text(text(index, url))
 
 
-def stats(url: str) -> dict[str, object]:
-    return dict(httpx.get(f"{url}/_stats", timeout=10).json())
+def sink_get(url: str, what: str) -> Any:
+    return httpx.get(f"{url}/{what}", timeout=10).json()
 
 
 async def apply_dir(dsn: str, root: Path) -> None:
     loaded = load_dir(root)
-    assert not loaded.errors
+    assert not loaded.errors, loaded.errors[:3]
     async with Store(dsn) as store:
         await store.init_schema()
         await apply_tasks(store, loaded.tasks, "default", datetime.now(UTC))
 
 
-def run_engines(dsn: str, url: str, engines: int, count: int, workdir: Path) -> dict[str, object]:
-    """Apply `count` once-tasks due shortly, let `engines` processes fire them, read the sink."""
+def peak_rss_mib(pid: int) -> float:
+    """The process's high-water resident set (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for_arrivals(url: str, count: int) -> None:
+    """Until `count` requests arrived, or none arrived for QUIET_SECONDS (bounded either way)."""
+    last_change, seen = time.monotonic(), -1
+    while time.monotonic() - last_change < QUIET_SECONDS:
+        fired = int(sink_get(url, "_count"))
+        if fired >= count:
+            return
+        if fired != seen:
+            last_change, seen = time.monotonic(), fired
+        time.sleep(0.1)
+
+
+def wait_for_engines(dsn: str, engines: int) -> None:
+    """Until every engine has sent its first heartbeat (it has made the schema and is claiming)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with psycopg.connect(dsn) as conn:
+                [(live,)] = conn.execute("SELECT count(*) FROM scheduler.engines").fetchall()
+            if live >= engines:
+                return
+        except psycopg.Error:
+            pass  # the schema is not there yet
+        time.sleep(0.1)
+    raise RuntimeError("the engines did not start within 60 s; see their log")
+
+
+def spy(pid: int, name: str) -> subprocess.Popen[bytes] | None:
+    """When BENCH_SPY names a folder: py-spy samples the engine's firing (10 s from the due instant)
+    into NAME.txt there, in flamegraph's folded format."""
+    folder = os.environ.get("BENCH_SPY")
+    if not folder:
+        return None
+    command = ["py-spy", "record", "--pid", str(pid), "-o", f"{folder}/{name}.txt", "-f", "raw", "-r", "250"]
+    return subprocess.Popen([*command, "--duration", "10", "--nonblocking"], stdout=subprocess.DEVNULL)
+
+
+def percentile(values: list[float], share: float) -> float:
+    return values[min(len(values) - 1, max(0, round(len(values) * share) - 1))]
+
+
+def scenario(
+    dsn: str, url: str, workdir: Path, name: str, engines: int, count: int, due: Callable[[int], Due], *args: str
+) -> dict[str, Any]:
+    """Start `engines` processes, apply `count` tasks that `due` makes due shortly, read the sink."""
     httpx.post(f"{url}/_reset", timeout=10)
-    root = workdir / f"tasks-{engines}-{count}"
+    root = workdir / name
     env = {**os.environ, "RECONCILER_DSN": dsn}
     # Logs go to a file: an unread pipe fills after ~800 run lines and blocks the engine.
-    log_path = workdir / f"engines-{engines}-{count}.log"
-    log_file = log_path.open("w")
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "reconciler",
-                "engine",
-                "--engine-id",
-                f"bench-{i}",
-                "--concurrency",
-                "40",
-                "--batch",
-                "200",
-                "--max-sleep",
-                "1",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
-        for i in range(engines)
-    ]
-    try:
-        time.sleep(1.5)
-        # Due after the apply has surely committed (10,000 files take ~5 s to plan and write).
-        due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=LEAD_SECONDS + count / 800)
-        write_once_tasks(root, count, url, due)
-        asyncio.run(apply_dir(dsn, root))
-        assert datetime.now(UTC) < due, "apply took longer than the lead time; raise LEAD_SECONDS"
-        last_change, seen = time.monotonic(), -1
-        while time.monotonic() - last_change < 15:  # bounded: stop once nothing arrives for 15 s
-            fired = int(httpx.get(f"{url}/_count", timeout=10).text)
-            if fired >= count:
-                break
-            if fired != seen:
-                last_change, seen = time.monotonic(), fired
-            time.sleep(0.2)
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=60)
-        log_file.close()
-    got = stats(url)
-    lags = sorted(got["lags"])  # type: ignore[call-overload]
-    span = float(got["last"]) - float(got["first"])  # type: ignore[arg-type]
-    return {
+    log_path = workdir / f"{name}.log"
+    command = [sys.executable, "-m", "reconciler", "engine", "--max-sleep", "1", *args]
+    with log_path.open("w") as log_file:
+        procs = [
+            subprocess.Popen(
+                [*command, "--engine-id", f"{name}-{i}"],
+                env=env,
+                stdout=log_file,
+                stderr=log_file,
+            )
+            for i in range(engines)
+        ]
+        try:
+            wait_for_engines(dsn, engines)
+            text, at = due(count)
+            write_files(root, count, url, text)
+            asyncio.run(apply_dir(dsn, root))
+            assert datetime.now(UTC) < at, "the apply took longer than the lead time; raise LEAD_SECONDS"
+            time.sleep((at - datetime.now(UTC)).total_seconds())  # the sink counts from the due instant on
+            cpu_before = sum(cpu_seconds(proc.pid) for proc in procs)
+            spies = [spy(proc.pid, f"{name}-{i}") for i, proc in enumerate(procs)]
+            wait_for_arrivals(url, count)
+            time.sleep(SLOW_SECONDS * 2)  # the last answers of a slow target
+            rss = [peak_rss_mib(proc.pid) for proc in procs]
+            cpu = sum(cpu_seconds(proc.pid) for proc in procs) - cpu_before
+            for watcher in spies:
+                if watcher is not None:
+                    watcher.wait(timeout=60)
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                proc.wait(timeout=60)
+    got = sink_get(url, "_stats")
+    lags = sorted(got["lags"])
+    span = got["last"] - got["first"]
+    row = {
         "engines": engines,
         "tasks": count,
         "fired": got["count"],
         "unique_idempotency_keys": got["keys_unique"],
-        "fires_per_second": round(int(got["count"]) / span, 1) if span > 0 else None,  # type: ignore[call-overload]
+        "fires_per_second": round(got["count"] / span, 1) if span > 0 else None,
+        "seconds_first_to_last_answer": round(got["done"] - got["first"], 3),
         "lag_p50_ms": round(statistics.median(lags) * 1000, 1),
-        "lag_p99_ms": round(lags[int(len(lags) * 0.99) - 1] * 1000, 1),
+        "lag_p99_ms": round(percentile(lags, 0.99) * 1000, 1),
+        "lag_max_ms": round(lags[-1] * 1000, 1),
+        "peak_rss_mib": rss,
+        "engine_cpu_ms_per_fire": round(cpu * 1000 / count, 3),  # all engines' CPU from the due instant on
+        "engine_args": args,
     }
+    assert got["count"] == count == got["keys_unique"], f"{name}: {got['count']} of {count} fired; see {log_path}"
+    return row
 
 
-def bare_claim_loop(dsn: str, count: int, batch: int = 200) -> float:
-    """Rows per second of the claim transaction alone: lock, insert run rows, advance, commit."""
+async def client_ceiling(url: str, count: int, concurrency: int) -> dict[str, Any]:
+    """(b) The engine's aiohttp session alone sending `count` requests like the engine's (headers, JSON body)."""
+    queue = iter(range(count))
+    scheduled = datetime.now(UTC)
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for index in queue:
+            headers = {
+                "X-Reconciler-Task": f"g/t{index:05d}",
+                "X-Reconciler-Scheduled-For": scheduled.isoformat(),
+                "X-Reconciler-Attempt": "1",
+                "Idempotency-Key": f"g/t{index:05d}@{scheduled:%Y-%m-%dT%H:%M:%SZ}",
+            }
+            async with session.post(f"{url}/fire/{index}", headers=headers, json={"n": index}) as response:
+                await response.content.read(1024)
+
+    async with new_session(concurrency) as session:  # the engine's own client settings
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    got = sink_get(url, "_stats")
+    return {"requests": got["count"], "requests_per_second": round(got["count"] / (got["last"] - got["first"]), 1)}
+
+
+def raw_claim_loop(dsn: str, count: int, batch: int = 200) -> float:
+    """(c) Rows per second of the claim's raw SQL alone: lock, insert run rows, advance, commit."""
     now = datetime.now(UTC)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DELETE FROM scheduler.runs")
-        conn.execute("DELETE FROM scheduler.tasks WHERE id LIKE 'bare/%%'")
-        conn.execute(
-            "INSERT INTO scheduler.tasks (id, source, spec, spec_hash, next_run_at) "
-            "SELECT 'bare/' || g, 'bench', '{}'::jsonb, 'x', %s FROM generate_series(1, %s) g",
-            (now - timedelta(seconds=1), count),
-        )
+        seed_due_rows(conn, count, now)
         start = time.perf_counter()
         claimed = 0
         while True:
@@ -163,44 +281,149 @@ def bare_claim_loop(dsn: str, count: int, batch: int = 200) -> float:
                 conn.execute("UPDATE scheduler.tasks SET next_run_at = NULL WHERE id = ANY(%s)", (ids,))
                 claimed += len(rows)
         elapsed = time.perf_counter() - start
-        conn.execute("DELETE FROM scheduler.tasks WHERE id LIKE 'bare/%%'")
-        conn.execute("DELETE FROM scheduler.runs")
+        clear(conn)
     return claimed / elapsed
 
 
+def seed_due_rows(conn: psycopg.Connection[Any], count: int, now: datetime) -> None:
+    """`count` due tasks with a real stored spec (an hourly cron), as the apply writes them."""
+    clear(conn)
+    spec = {
+        "trigger": {"kind": "cron", "expr": "0 * * * *"},
+        "target": {"url": "http://127.0.0.1:9/x", "method": "POST"},
+    }
+    conn.execute(
+        "INSERT INTO scheduler.tasks (id, source, spec, spec_hash, next_run_at) "
+        "SELECT 'bare/' || g, 'bench', %s::jsonb, 'bare', %s FROM generate_series(1, %s) g",
+        (json.dumps(spec), now - timedelta(seconds=1), count),
+    )
+
+
+def clear(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("DELETE FROM scheduler.run_leases")
+    conn.execute("DELETE FROM scheduler.runs")
+    conn.execute("DELETE FROM scheduler.tasks")
+
+
+async def engine_claim_loop(dsn: str, count: int, batch: int = 200) -> float:
+    """(c) Rows per second of the engine's own claim transaction (`Claimer.claim`), nothing fired."""
+    now = datetime.now(UTC)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        seed_due_rows(conn, count, now)
+    async with Store(dsn) as store:
+        claimer = Claimer(store, "bench-claim", batch)
+        start = time.perf_counter()
+        claimed = 0
+        while (report := await claimer.claim(now)).claimed_tasks:
+            claimed += report.claimed_tasks
+        elapsed = time.perf_counter() - start
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        clear(conn)
+    return claimed / elapsed
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def ratio(part: float | None, whole: float) -> float | None:
+    return round(part / whole, 3) if part else None
+
+
+def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
+    """The scenarios named in `wanted` (all when empty), in an order where each leaves the database empty."""
+    engine_args = ("--concurrency", str(CONCURRENCY), "--batch", "500")
+    slow_args = ("--concurrency", str(SLOW_CONCURRENCY), "--batch", "500")
+    steps: dict[str, Callable[[], Any]] = {
+        "fire1": lambda: scenario(dsn, url, work, "fire1", 1, TASKS, once_soon, *engine_args),
+        "fire3": lambda: scenario(dsn, url, work, "fire3", 3, TASKS, once_soon, *engine_args),
+        "client": lambda: asyncio.run(client_ceiling(url, TASKS, CONCURRENCY)),
+        "raw_claim": lambda: raw_claim_loop(dsn, TASKS),
+        "engine_claim": lambda: asyncio.run(engine_claim_loop(dsn, TASKS)),
+        "burst": lambda: scenario(dsn, url, work, "burst", 3, BURST_TASKS, hourly_soon, *engine_args),
+        "slow": lambda: scenario(dsn, url, work, "slow", 1, SLOW_TASKS, lambda n: once_soon(n, "slow"), *slow_args),
+    }
+    out: dict[str, Any] = {}
+    for name, step in steps.items():
+        if wanted and name not in wanted:
+            continue
+        httpx.post(f"{url}/_reset", timeout=10)
+        out[name] = step()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            clear(conn)
+    return out
+
+
+def summarize(got: dict[str, Any]) -> dict[str, Any]:
+    """The figures, the ratios between them, the peak RSS; printed as they go."""
+    one, client = got["fire1"]["fires_per_second"], got["client"]["requests_per_second"]
+    raw, claim, burst, slow = got["raw_claim"], got["engine_claim"], got["burst"], got["slow"]
+    bound = SLOW_CONCURRENCY / SLOW_SECONDS
+    slow_rate = round(SLOW_TASKS / slow["seconds_first_to_last_answer"], 1)
+    results = {
+        "throughput": [got["fire1"], got["fire3"]],
+        "client_ceiling": {**client, "concurrency": CONCURRENCY},
+        "raw_claim_rows_per_second": round(raw, 1),
+        "engine_claim_rows_per_second": round(claim, 1),
+        "one_engine_vs_client": ratio(one, client),
+        "one_engine_vs_raw_claim": ratio(one, raw),
+        "one_engine_vs_engine_claim": ratio(one, claim),
+        "burst": burst,
+        "slow": {
+            **slow,
+            "completed_per_second": slow_rate,
+            "bound_per_second": bound,
+            "vs_bound": ratio(slow_rate, bound),
+        },
+        "peak_rss_mib_max": max(max(got[k]["peak_rss_mib"]) for k in ("fire1", "fire3", "burst", "slow")),
+    }
+    for row in results["throughput"]:
+        print(
+            f"(a) {row['engines']} engine(s): {row['fires_per_second']} fires/s for {TASKS} tasks; "
+            f"lag p50 {row['lag_p50_ms']} ms, p99 {row['lag_p99_ms']} ms; peak RSS {row['peak_rss_mib']} MiB"
+        )
+    print(
+        f"(b) aiohttp client alone: {client} req/s at concurrency {CONCURRENCY}; "
+        f"1 engine = {results['one_engine_vs_client']} of it"
+    )
+    print(
+        f"(c) bare claim loops: raw SQL {raw:.0f} rows/s (1 engine = {results['one_engine_vs_raw_claim']}), "
+        f"the engine's claim {claim:.0f} rows/s (1 engine = {results['one_engine_vs_engine_claim']})"
+    )
+    print(
+        f"(d) burst, {BURST_TASKS} hourly tasks due at one minute, 3 engines: lag p50 {burst['lag_p50_ms']} ms, "
+        f"p99 {burst['lag_p99_ms']} ms, max {burst['lag_max_ms']} ms; peak RSS {burst['peak_rss_mib']} MiB"
+    )
+    print(
+        f"(e) slow targets, {SLOW_TASKS} tasks at {SLOW_SECONDS * 1000:.0f} ms, --concurrency {SLOW_CONCURRENCY}: "
+        f"{slow_rate} runs/s completed of a bound {bound:.0f} ({results['slow']['vs_bound']}); "
+        f"peak RSS {slow['peak_rss_mib']} MiB"
+    )
+    print(f"(f) peak RSS of any engine: {results['peak_rss_mib_max']} MiB")
+    return results
+
+
 def main() -> None:
+    """All scenarios; `python -m bench.engine fire1 …` runs only those named (printed, not written)."""
     tune_gc()
+    wanted = set(sys.argv[1:])
     admin = embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg")
-    port = free_port()
-    sink = subprocess.Popen([sys.executable, "-m", "bench.sink", str(port)], stdout=subprocess.PIPE, text=True)
+    sink = subprocess.Popen([sys.executable, "-m", "bench.sink", str(free_port())], stdout=subprocess.PIPE, text=True)
     assert sink.stdout is not None
     url = sink.stdout.readline().strip()
-    results: dict[str, object] = {}
+    load_before = load_average()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            runs = []
-            for engines in (1, 3):
-                dsn = fresh_database(admin, f"reconciler_bench_engine_{engines}")
-                row = run_engines(dsn, url, engines, TASKS, Path(tmp))
-                row["bare_claim_rows_per_second"] = round(bare_claim_loop(dsn, TASKS), 1)
-                fps, bare = row["fires_per_second"], row["bare_claim_rows_per_second"]
-                row["ratio_vs_bare_claim"] = round(float(fps) / float(bare), 3) if fps else None  # type: ignore[arg-type]
-                runs.append(row)
-                print(
-                    f"{engines} engine(s): {fps} fires/s for {TASKS} tasks (bare claim loop {bare} rows/s, "
-                    f"ratio {row['ratio_vs_bare_claim']}); unique keys {row['unique_idempotency_keys']}/{TASKS}; "
-                    f"lag p50 {row['lag_p50_ms']} ms, p99 {row['lag_p99_ms']} ms"
-                )
-            dsn = fresh_database(admin, "reconciler_bench_engine_lag")
-            lag = run_engines(dsn, url, 1, LAG_TASKS, Path(tmp))
-            print(
-                f"fire lag, {LAG_TASKS} tasks due in one second, 1 engine: "
-                f"p50 {lag['lag_p50_ms']} ms, p99 {lag['lag_p99_ms']} ms"
-            )
-            results = {"throughput": runs, "lag": lag}
+            got = measure(fresh_database(admin, "reconciler_bench_engine"), url, Path(tmp), wanted)
     finally:
         sink.kill()
-    print(f"wrote {write_results('engine', results)}")
+    if wanted:
+        print(json.dumps(got, indent=2, default=str))
+        return
+    results = summarize(got)
+    load = {"load_average_before": load_before, "load_average_after": load_average()}
+    print(f"load average {load_before} → {load['load_average_after']}")
+    print(f"wrote {write_results('engine', {**load, **results})}")
 
 
 if __name__ == "__main__":

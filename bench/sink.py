@@ -1,7 +1,8 @@
 """A fast HTTP sink on 127.0.0.1 for engine benchmarks: answers 204, records arrival lag.
 
-`python -m bench.sink PORT` serves until killed; `GET /_stats` returns
-{"count", "lags": [arrival − X-Reconciler-Scheduled-For, s], "keys_unique", "first", "last"}.
+`python -m bench.sink PORT` serves until killed; a path under `/slow/` is answered after
+SLOW_SECONDS. `GET /_stats` returns {"count", "lags": [arrival − X-Reconciler-Scheduled-For,
+s], "keys_unique", "first" (arrival), "last" (arrival), "done" (last answer sent)}.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 import time
 from datetime import datetime
 
+SLOW_SECONDS = 0.2
+
 
 class Sink:
     def __init__(self) -> None:
@@ -20,6 +23,7 @@ class Sink:
         self.count = 0
         self.first = 0.0
         self.last = 0.0
+        self.done = 0.0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -39,6 +43,7 @@ class Sink:
                             "keys_unique": len(self.keys),
                             "first": self.first,
                             "last": self.last,
+                            "done": self.done,
                         }
                     ).encode()
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
@@ -57,7 +62,10 @@ class Sink:
                     scheduled = headers.get("x-reconciler-scheduled-for")
                     if scheduled:
                         self.lags.append(now - datetime.fromisoformat(scheduled).timestamp())
+                    if lines[0].split(" ")[1].startswith("/slow/"):
+                        await asyncio.sleep(SLOW_SECONDS)
                     writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                    self.done = time.time()
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass

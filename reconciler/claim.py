@@ -8,12 +8,13 @@ have a free slot, take leases, advance next_run_at, commit. Only then are reques
 
 from __future__ import annotations
 
-import json
+import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from reconciler.clock import utc_text
@@ -27,6 +28,8 @@ log = logging.getLogger("reconciler.engine")
 
 CATCHUP_CAP = 100  # occurrences recorded per task per claim
 MAX_WALK = 200_000  # occurrences walked to reach `now` after a long outage
+MAX_COMPILED = 50_000  # validated specs kept per engine (tasks' specs, not runs: a bound on memory)
+WARM_LIMIT = 20_000  # soon-due tasks looked at per idle moment
 
 Status = Literal["running", "missed", "skipped", "failed"]
 
@@ -185,9 +188,30 @@ class Claimer:
         """The task's spec and schedule, validated once per spec hash (a changed task replaces its entry)."""
         cached = self._compiled.get(task_id)
         if cached is None or cached[0] != spec_hash:
-            spec = TaskSpec.model_validate(json.loads(spec_text))
+            spec = TaskSpec.model_validate_json(spec_text)
+            if cached is None and len(self._compiled) >= MAX_COMPILED:
+                for old in list(self._compiled)[: MAX_COMPILED // 2]:  # the oldest half: recompiled when due
+                    del self._compiled[old]
             cached = self._compiled[task_id] = (spec_hash, spec, compile_schedule(spec))
         return cached[1], cached[2]
+
+    async def warm(self, until: datetime, budget: float) -> int:
+        """Validate ahead, in idle time, the specs of tasks due before `until` that are not compiled yet,
+        so that a burst's claim only decides; at most `budget` seconds. The number compiled."""
+        deadline = time.monotonic() + budget
+        scope = {"until": until, "limit": WARM_LIMIT, "sources": list(self.sources)}
+        async with self.store.connection() as conn:
+            due = await Store.fetch(conn, "tasks_due_before", scope)
+            cold = [r["id"] for r in due if self._compiled.get(r["id"], ("",))[0] != r["spec_hash"]]
+            rows = await Store.fetch(conn, "tasks_specs", {"ids": cold}) if cold else []
+        for count, row in enumerate(rows, 1):
+            with contextlib.suppress(Exception):  # a spec that does not validate fails its run in the claim
+                self._compile(row["id"], row["spec_hash"], row["spec_text"])
+            if count % 50 == 0:
+                if time.monotonic() >= deadline:
+                    return count
+                await asyncio.sleep(0)  # runs in flight go on meanwhile
+        return len(rows)
 
     async def claim(self, now: datetime) -> Report:
         """One transaction: record the due occurrences and queued manual runs, take leases, advance."""
@@ -242,16 +266,13 @@ class Claimer:
     ) -> list[Claimed]:
         if not inserts:
             return []
-        terminal = [d.status != "running" for _, d in inserts]
         params = {
+            "engine_id": self.engine_id,
+            "now": now,
             "task_ids": [t for t, _ in inserts],
             "scheduled": [d.scheduled_for for _, d in inserts],
             "kinds": [d.kind for _, d in inserts],
             "statuses": [d.status for _, d in inserts],
-            "attempts": [0] * len(inserts),
-            "engines": [self.engine_id] * len(inserts),
-            "claimed": [now] * len(inserts),
-            "finished": [now if done else None for done in terminal],
             "errors": [d.error for _, d in inserts],
         }
         rows = await Store.fetch(conn, "runs_insert", params)
@@ -296,16 +317,10 @@ class Claimer:
             return
         margin = self.lease_margin
         started = time.monotonic()
-        for run in runs:
+        seconds = [lease_seconds(run.spec, margin) for run in runs]
+        for run, lease in zip(runs, seconds, strict=True):
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
-            run.deadline = started + lease_seconds(run.spec, margin) - margin / 2
-        await Store.execute(
-            conn,
-            "leases_insert",
-            {
-                "task_ids": [c.task_id for c in runs],
-                "run_ids": [c.run_id for c in runs],
-                "engines": [self.engine_id] * len(runs),
-                "expires": [now + timedelta(seconds=lease_seconds(c.spec, margin)) for c in runs],
-            },
-        )
+            run.deadline = started + lease - margin / 2
+        params = {"engine_id": self.engine_id, "now": now, "seconds": seconds}
+        ids = {"task_ids": [c.task_id for c in runs], "run_ids": [c.run_id for c in runs]}
+        await Store.execute(conn, "leases_insert", {**params, **ids})

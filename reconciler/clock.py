@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
@@ -44,9 +45,16 @@ def utcnow() -> datetime:
     return SYSTEM.now()
 
 
+@functools.lru_cache(maxsize=4096)  # the engine logs every run: many share one scheduled instant
 def utc_text(moment: datetime | None) -> str:
     """`2026-12-03 09:55:00 UTC`, the one way text output writes an instant (to the second); `-` for none."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "-"
+
+
+@functools.lru_cache(maxsize=4096)
+def utc_stamp(moment: datetime) -> str:
+    """`2026-12-03T09:55:00Z`: an instant inside an identifier (the Idempotency-Key)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def local_text(moment: datetime, zone: ZoneInfo) -> str:

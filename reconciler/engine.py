@@ -28,6 +28,12 @@ from reconciler.targets import Attempt, Firer, Outcome
 
 log = logging.getLogger("reconciler.engine")
 
+# Idle time is spent validating the specs of tasks due within WARM_HORIZON, WARM_BUDGET at a
+# time (a NOTIFY waits that long at most), when the engine would sleep at least WARM_MIN_SLEEP.
+WARM_HORIZON = 120.0
+WARM_BUDGET = 0.2
+WARM_MIN_SLEEP = 0.5
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -75,6 +81,7 @@ class Engine:
         self.inflight: set[asyncio.Task[Outcome | None]] = set()
         self.ready = False  # a claim has succeeded (for /readyz)
         self.hurry = asyncio.Event()  # a second Ctrl-C: stop draining, leave in-flight runs to their leases
+        self._slot_freed = asyncio.Event()  # a run in flight has finished
         self.observers: list[Observer] = []
 
     async def claim(self, now: datetime) -> Report:
@@ -201,7 +208,11 @@ class Engine:
     def _spawn(self, claimed: Claimed) -> None:
         task: asyncio.Task[Outcome | None] = asyncio.create_task(self._execute_safely(claimed))
         self.inflight.add(task)
-        task.add_done_callback(self.inflight.discard)
+        task.add_done_callback(self._landed)
+
+    def _landed(self, task: asyncio.Task[Outcome | None]) -> None:
+        self.inflight.discard(task)
+        self._slot_freed.set()
 
     async def _execute_safely(self, claimed: Claimed) -> Outcome | None:
         try:
@@ -228,19 +239,21 @@ class Engine:
                     last_prune = time.monotonic()
                     await self.prune_safely(now)
                 if len(self.inflight) >= self.config.concurrency * 2:
-                    await asyncio.wait(self.inflight, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                    # An event, not asyncio.wait(inflight): that adds and removes a callback on every
+                    # run in flight each time one lands.
+                    self._slot_freed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)
                     continue
-                if (
-                    self.results.pending
-                ):  # free finished runs' leases first, or the claim would skip their next occurrence
-                    await self.results.flush()
+                if self.results.pending:
+                    await self.results.flush()  # free finished runs' leases first, or the claim skips their next run
                 report = await self.claim(now)
                 for claimed in report.runs:
                     self._spawn(claimed)
                 backoff = 0.5
                 if report.claimed_tasks >= self.config.batch:
                     continue  # more is due right now
-                await self._wait(listener, await self.sleep_seconds(self.clock.now()), stop)
+                await self._wait(listener, await self._warm_then_sleep(), stop)
             except Exception as exc:  # the database away, or a bug: log, back off, go on; never exit
                 if isinstance(exc, DB_FAULTS):
                     log.warning("database unavailable (%s); retrying in %.1f s", one_line(exc), backoff)
@@ -256,6 +269,16 @@ class Engine:
         if listener is not None:
             with contextlib.suppress(Exception):
                 await listener.close()
+
+    async def _warm_then_sleep(self) -> float:
+        """The seconds to sleep, less what validating soon-due specs (in idle time only) took."""
+        seconds = await self.sleep_seconds(self.clock.now())
+        if seconds < WARM_MIN_SLEEP:
+            return seconds
+        started = time.monotonic()
+        until = self.clock.now() + timedelta(seconds=max(seconds, WARM_HORIZON))
+        await self.claimer.warm(until, budget=min(WARM_BUDGET, seconds / 4))
+        return max(0.0, seconds - (time.monotonic() - started))
 
     async def _wait(self, listener: psycopg.AsyncConnection[Any], seconds: float, stop: asyncio.Event) -> None:
         """Sleep up to `seconds`, woken early by a NOTIFY or by `stop`."""

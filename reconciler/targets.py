@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from reconciler.clock import utcnow
+from reconciler.clock import utc_stamp, utcnow
 from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets
 from reconciler.models import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, TaskSpec
 
@@ -143,7 +143,7 @@ def idempotency_key(task_id: str, scheduled_for: datetime, manual_run: int | Non
     """
     if manual_run is not None:
         return f"{task_id}@manual-{manual_run}"
-    return f"{task_id}@{scheduled_for.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    return f"{task_id}@{utc_stamp(scheduled_for)}"
 
 
 def jitter_seconds(key: str, jitter: int) -> float:
@@ -221,6 +221,17 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def new_session(connections: int) -> aiohttp.ClientSession:
+    """The engine's HTTP client: at most `connections` open, no proxy from the environment, and no
+    cookie jar: a cookie one target sets is never sent with another run's request."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        json_serialize=compact_json,
+    )
+
+
 class Firer:
     """Sends task requests over one aiohttp session; `concurrency` attempts at a time."""
 
@@ -239,8 +250,7 @@ class Firer:
         """The engine's one session, made on first use (inside the running loop)."""
         if self._session is None or self._session.closed:
             # A few connections more than attempts: token requests are made while holding a slot.
-            connector = aiohttp.TCPConnector(limit=self.concurrency + 8, limit_per_host=0)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False, json_serialize=compact_json)
+            self._session = new_session(self.concurrency + 8)
         return self._session
 
     async def close(self) -> None:

@@ -440,3 +440,28 @@ async def test_concurrent_flushes_never_drop_a_result(store: Store, dsn: str, en
     await engine.results.flush()
     assert engine.results.pending == []
     assert [r["status"] for r in runs(dsn, "t")] == ["succeeded"] * 3
+
+
+async def test_a_cookie_one_target_sets_is_never_sent_with_another_run(
+    store: Store, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/sets", headers={"Set-Cookie": "session=of-task-a; Path=/"})
+    await setup(store, tmp_path, {"a": cron(f"{url}/sets"), "b": cron(f"{url}/reads", expr="*/10 * * * *")})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    await engine.run_once(NOW + timedelta(minutes=10))
+    assert len(rec.paths("/sets")) == 2 and len(rec.paths("/reads")) == 1
+    assert all("Cookie" not in r.headers for r in rec.requests)
+
+
+async def test_idle_time_validates_soon_due_specs_and_a_changed_spec_still_wins(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/old"), "later": cron(f"{url}/later", expr="0 3 * * *")})
+    assert await engine.claimer.warm(NOW + timedelta(minutes=5), budget=5.0) == 1  # only what falls due by then
+    assert await engine.claimer.warm(NOW + timedelta(minutes=5), budget=5.0) == 0  # already validated
+    await setup(store, tmp_path, {"a": cron(f"{url}/new")})  # changed after it was validated ahead
+    report = await engine.run_once(NOW + timedelta(minutes=5))
+    assert (report.fired, report.succeeded) == (1, 1)
+    assert [r.path for r in rec.requests] == ["/new"]
