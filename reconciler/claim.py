@@ -22,7 +22,7 @@ from reconciler.errors import one_line
 from reconciler.models import Policy, TaskSpec
 from reconciler.store import Conn, Store
 from reconciler.targets import idempotency_key
-from reconciler.triggers import Schedule, compile_schedule
+from reconciler.triggers import Fire, Schedule, compile_schedule, schedule_key
 
 log = logging.getLogger("reconciler.engine")
 
@@ -44,8 +44,10 @@ class Decision:
     error: str | None = None
 
 
-def due_occurrences(schedule: Schedule, first: datetime, now: datetime, cap: int = CATCHUP_CAP) -> list[datetime]:
-    """The occurrences from `first` up to `now` (inclusive), the newest `cap` of them."""
+def due_occurrences(
+    schedule: Schedule, first: datetime, now: datetime, cap: int = CATCHUP_CAP
+) -> tuple[list[datetime], datetime | None]:
+    """The occurrences from `first` up to `now` (inclusive), the newest `cap` of them; and the first after `now`."""
     found: deque[datetime] = deque(maxlen=cap)
     moment: datetime | None = first
     steps = 0
@@ -53,7 +55,32 @@ def due_occurrences(schedule: Schedule, first: datetime, now: datetime, cap: int
         found.append(moment)
         moment = schedule.next_fire_time(moment)
         steps += 1
-    return list(found)
+    if moment is not None and moment <= now:  # the walk stopped short of `now`
+        moment = schedule.next_fire_time(now)
+    return list(found), moment
+
+
+class SharedSchedule:
+    """One compiled schedule for every task with the same trigger, zone and DST rules, remembering its
+    latest answers: a top-of-the-hour burst asks thousands of tasks' schedules the same two questions."""
+
+    ANSWERS = 64
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self._answers: dict[datetime, Fire | None] = {}
+
+    def next_fire(self, after: datetime) -> Fire | None:
+        if after in self._answers:
+            return self._answers[after]
+        if len(self._answers) >= self.ANSWERS:
+            self._answers.clear()
+        fire = self._answers[after] = self.schedule.next_fire(after)
+        return fire
+
+    def next_fire_time(self, after: datetime) -> datetime | None:
+        fire = self.next_fire(after)
+        return fire.at if fire else None
 
 
 def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int) -> list[Decision]:
@@ -183,6 +210,7 @@ class Claimer:
         self.sources = sources
         self.lease_margin = lease_margin
         self._compiled: dict[str, tuple[str, TaskSpec, Schedule]] = {}  # task id → (spec hash, spec, schedule)
+        self._schedules: dict[str, SharedSchedule] = {}  # schedule_key → the schedule its tasks share
 
     def _compile(self, task_id: str, spec_hash: str, spec_text: str) -> tuple[TaskSpec, Schedule]:
         """The task's spec and schedule, validated once per spec hash (a changed task replaces its entry)."""
@@ -192,7 +220,13 @@ class Claimer:
             if cached is None and len(self._compiled) >= MAX_COMPILED:
                 for old in list(self._compiled)[: MAX_COMPILED // 2]:  # the oldest half: recompiled when due
                     del self._compiled[old]
-            cached = self._compiled[task_id] = (spec_hash, spec, compile_schedule(spec))
+            key = schedule_key(spec)
+            shared = self._schedules.get(key)
+            if shared is None:
+                if len(self._schedules) >= MAX_COMPILED:
+                    self._schedules.clear()
+                shared = self._schedules[key] = SharedSchedule(compile_schedule(spec))
+            cached = self._compiled[task_id] = (spec_hash, spec, shared)
         return cached[1], cached[2]
 
     async def warm(self, until: datetime, budget: float) -> int:
@@ -240,8 +274,8 @@ class Claimer:
                 try:
                     spec, schedule = self._compile(task_id, row["spec_hash"], row["spec_text"])
                     free = spec.policy.max_running_instances - held.get(task_id, 0)
-                    decisions = decide(due_occurrences(schedule, row["next_run_at"], now), now, spec.policy, free)
-                    following = schedule.next_fire_time(now)
+                    occurrences, following = due_occurrences(schedule, row["next_run_at"], now)
+                    decisions = decide(occurrences, now, spec.policy, free)
                 except Exception as exc:  # one task's stored spec must not stop the claim of the others
                     reason = f"invalid stored spec: {one_line(exc)}"
                     inserts.append((task_id, Decision(row["next_run_at"], "scheduled", "failed", reason)))

@@ -392,6 +392,12 @@ def trigger_instants(trigger: Trigger, zone: ZoneInfo) -> tuple[dict[str, dateti
     return instants, problems
 
 
+def schedule_key(spec: TaskSpec) -> str:
+    """Everything compile_schedule reads: tasks that agree on it have the same schedule."""
+    policy = spec.policy
+    return f"{spec.timezone}|{policy.dst_gap}|{policy.dst_overlap}|{spec.trigger.model_dump_json()}"
+
+
 def compile_schedule(spec: TaskSpec) -> Schedule:
     """Turn a validated task spec into a schedule; raises TriggerError for bad window times (the first one)."""
     zone = ZoneInfo(spec.timezone)
