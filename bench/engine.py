@@ -253,10 +253,16 @@ async def client_ceiling(url: str, count: int, concurrency: int) -> dict[str, An
             async with session.post(f"{url}/fire/{index}", headers=headers, json={"n": index}) as response:
                 await response.content.read(1024)
 
+    cpu = time.process_time()
     async with new_session(concurrency) as session:  # the engine's own client settings
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    cpu = time.process_time() - cpu
     got = sink_get(url, "_stats")
-    return {"requests": got["count"], "requests_per_second": round(got["count"] / (got["last"] - got["first"]), 1)}
+    return {
+        "requests": got["count"],
+        "requests_per_second": round(got["count"] / (got["last"] - got["first"]), 1),
+        "cpu_ms_per_request": round(cpu * 1000 / count, 3),
+    }
 
 
 def raw_claim_loop(dsn: str, count: int, batch: int = 200) -> float:
