@@ -16,7 +16,7 @@ from typing import Any
 
 from reconciler import revision
 from reconciler.errors import UserError
-from reconciler.loader import Task
+from reconciler.loader import LoadResult, Stored, Task, read_files
 from reconciler.plan import Change, Plan, make_plan
 from reconciler.revision import LiveRevision, Revision
 from reconciler.store import Conn, Store, TaskRow
@@ -90,15 +90,15 @@ def judge(plan: Plan, rows: list[TaskRow], live: LiveRevision | None, options: A
 
 
 def _row_values(task: Task, next_run_at: datetime | None, now: datetime) -> dict[str, Any]:
-    spec = task.normalized
     return {
         "id": task.id,
-        "spec": Store.jsonb(spec),
+        "spec": task.canonical,  # JSON text, made once for spec_hash: PostgreSQL reads it as jsonb
         "spec_hash": task.spec_hash,
-        "enabled": task.spec.enabled,
-        "timezone": task.spec.timezone,
+        "enabled": task.enabled,
+        "timezone": task.timezone,
         "next_run_at": next_run_at,
         "now": now,
+        "digest": task.digest,
     }
 
 
@@ -106,7 +106,7 @@ def next_run_for(change: Change, now: datetime) -> datetime | None:
     """Keep next_run_at unless the schedule moved (or the task was re-enabled); NULL while disabled."""
     task = change.task
     assert task is not None
-    if not task.spec.enabled:
+    if not task.enabled:
         return None
     if change.retime or change.row is None:
         return task.schedule.next_fire_time(now)
@@ -129,8 +129,14 @@ def statements_for(change: Change, source: str, now: datetime) -> list[tuple[str
     return out
 
 
+# From this many creates on (a first apply), they go by COPY into a temporary table and one
+# INSERT … SELECT: 1.5× faster than batched inserts at 10,000 rows here (issue 13's anchor: 1.3–1.8×).
+COPY_CREATES = 50
+COPIED = ("id", "source", "spec", "spec_hash", "enabled", "timezone", "next_run_at", "revision", "digest")
+
+
 async def write_changes(conn: Conn, changes: list[Change], source: str, now: datetime, rev: str | None) -> None:
-    """All writes of a plan, batched per statement (executemany pipelines them)."""
+    """All writes of a plan, batched per statement (executemany pipelines them; many creates are copied)."""
     # Deletes first: a moved or re-created id may reuse a freed primary key.
     for phase in ("delete", "update", "move", "create"):
         batches: dict[str, list[dict[str, Any]]] = {}
@@ -141,7 +147,28 @@ async def write_changes(conn: Conn, changes: list[Change], source: str, now: dat
                         params = {**params, "revision": rev}
                     batches.setdefault(name, []).append(params)
         for name, params_list in batches.items():
-            await Store.execute_many(conn, name, params_list)
+            if name == "task_insert" and len(params_list) >= COPY_CREATES:
+                await Store.execute(conn, "tasks_new_table")
+                await Store.copy(conn, "tasks_new_copy", ([params[key] for key in COPIED] for params in params_list))
+                await Store.execute(conn, "tasks_insert_new", {"now": now})
+            else:
+                await Store.execute_many(conn, name, params_list)
+
+
+async def seal_unchanged(conn: Conn, changes: list[Change]) -> None:
+    """Store the file digest on rows found equal to their parsed file, so the next plan need not parse it."""
+    found = {
+        c.id: c.task.digest
+        for c in changes
+        if c.op == "noop"
+        and c.task is not None
+        and c.task.stored is None  # one that stood on its row is sealed already
+        and c.task.digest is not None
+        and c.row is not None
+        and c.row.spec_hash == c.task.spec_hash  # then the row's spec is the file's: what a stand-in reads
+    }
+    if found:
+        await Store.execute(conn, "tasks_seal", {"digests": Store.jsonb(found)})
 
 
 @dataclass
@@ -165,6 +192,10 @@ async def apply_tasks(
         await write_changes(conn, writes, source, now, options.revision.revision)
         await record_apply(conn, plan, now, options.revision)
         if writes:
+            # Unchanged rows without their file's digest (an older reconciler wrote them, or the
+            # parser changed) get it only from an apply that writes anyway: a no-op apply changes no
+            # row (xmin), so the plans saved before it stay valid, and it notifies nothing.
+            await seal_unchanged(conn, plan.changes)
             ids = [c.id for c in writes]
             payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
             await Store.notify(conn, json.dumps(payload))
@@ -192,6 +223,24 @@ async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision) -> 
         "plan_digest": plan.digest,
     }
     await Store.execute(conn, "applies_insert", params)
+
+
+async def load_files(store: Store, tasks_dir: Path, display_root: str | None = None) -> LoadResult:
+    """load_dir, parsing only the files changed since they were applied: the others stand on their rows.
+
+    Read-only. A database without the schema, or without file_digest (an older reconciler's),
+    has no such rows: every file is parsed.
+    """
+    files = read_files(tasks_dir, display_root)
+    params = {"digests": Store.jsonb(files.digests())}
+    async with store.connection() as conn:
+        sealed = "file_digest" in (await store.existing(conn)).columns.get("tasks", ())
+        found = await Store.fetch(conn, "tasks_unchanged", params) if sealed else []
+    known = {
+        row["id"]: Stored(row["digest"], row["spec_hash"], row["enabled"], row["timezone"], row["moved_from"])
+        for row in found
+    }
+    return files.load(known)
 
 
 async def read_plan(

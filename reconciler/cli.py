@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from reconciler import __version__, commands
-from reconciler import export as export_cmd
+from reconciler import __version__
 from reconciler.embedded import find_tasks_dir
-from reconciler.errors import UserError
+from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
+from reconciler.hosts import HOST_PORT, host_problem
 from reconciler.logs import error_line
-from reconciler.models import HOST_PORT, host_problem
 
 Handler = Callable[[argparse.Namespace], int]
 Number = TypeVar("Number", int, float)
@@ -30,7 +30,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(commands.EXIT_ERROR, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    def add(name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
+        """A command whose `handler` is named "module:function" (see `resolve`)."""
         child = sub.add_parser(name, help=help_text, allow_abbrev=False)
         _global_options(child, suppress=True)
         child.set_defaults(handler=handler)
@@ -153,24 +154,26 @@ def build_parser() -> argparse.ArgumentParser:
     def fmt(child: argparse.ArgumentParser, *choices: str) -> None:
         child.add_argument("--format", choices=["text", *choices], default="text")
 
-    validate = add("validate", commands.cmd_validate, "parse and check every task file (no database)")
+    validate = add("validate", "commands:cmd_validate", "parse and check every task file (no database)")
     validate.add_argument(
         "--env-policy", action="store_true", help="also check that every { env = NAME } is one engines let tasks read"
     )
     _allow_env(validate, "with --env-policy: the engines' --allow-env globs (default: all but the engines' own)")
-    nxt = add("next", commands.cmd_next, "next fire times per task (no database)")
+    nxt = add("next", "commands:cmd_next", "next fire times per task (no database)")
     nxt.add_argument("ids", nargs="*", metavar="ID")
     nxt.add_argument("--count", type=COUNT, default=5)
     nxt.add_argument("--after", help="ISO date-time to count from (default now; no offset = UTC)")
     fmt(nxt, "json")
 
-    plan = add("plan", commands.cmd_plan, "diff the task files against the database, with apply's verdict (read-only)")
+    plan = add(
+        "plan", "commands:cmd_plan", "diff the task files against the database, with apply's verdict (read-only)"
+    )
     fmt(plan, "json", "markdown")
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when there are changes")
     plan.add_argument("--out", help="save the plan (json) for `apply PLANFILE`")
     _verdict_options(plan)
 
-    apply = add("apply", commands.cmd_apply, "apply the diff in one transaction")
+    apply = add("apply", "commands:cmd_apply", "apply the diff in one transaction")
     apply.add_argument("planfile", nargs="?", metavar="PLANFILE")
     _verdict_options(apply)
     apply.add_argument(
@@ -179,29 +182,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="the revision applied (default: git HEAD of --tasks-dir, else CI variables)",
     )
 
-    watch = add("watch", commands.cmd_watch, "apply whenever the task files change")
+    watch = add("watch", "commands:cmd_watch", "apply whenever the task files change")
     watch.add_argument("--no-prune", action="store_true")
     watch.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
 
-    status = add("status", commands.cmd_status, "tasks, next runs, last run status, drift, live engines")
+    status = add("status", "commands_db:cmd_status", "tasks, next runs, last run status, drift, live engines")
     fmt(status, "json")
 
-    history = add("history", commands.cmd_history, "applies, newest first: revision, author, counts")
+    history = add("history", "commands_db:cmd_history", "applies, newest first: revision, author, counts")
     history.add_argument("id", nargs="?", metavar="ID", help="only the applies that changed this task")
     history.add_argument("--limit", type=LIMIT, default=20)
     fmt(history, "json")
 
-    export = add("export", export_cmd.cmd_export, "write the database's tasks as new files (never over existing ones)")
-    export.add_argument("--out-dir", default=export_cmd.DEFAULT_OUT_DIR, help="directory to write (default exported.d)")
+    export = add("export", "export:cmd_export", "write the database's tasks as new files (never over existing ones)")
+    export.add_argument("--out-dir", help="directory to write (default exported.d)")
     export.add_argument("--force", action="store_true", help="overwrite files that already exist in --out-dir")
 
-    _engine_options(add("engine", commands.cmd_engine, "claim and fire due tasks until SIGTERM"))
-    up = add("up", commands.cmd_up, "local one-process mode: embedded database, apply, watch and engine")
+    _engine_options(add("engine", "commands_engine:cmd_engine", "claim and fire due tasks until SIGTERM"))
+    up = add("up", "commands_engine:cmd_up", "local one-process mode: embedded database, apply, watch and engine")
     _engine_options(up)
     up.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
     up.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
 
-    runs = add("runs", commands.cmd_runs, "run history")
+    runs = add("runs", "commands_db:cmd_runs", "run history")
     runs.add_argument("id", nargs="?", metavar="ID")
     runs.add_argument("--limit", type=LIMIT, default=50)
     runs.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "missed", "skipped", "lost"])
@@ -210,20 +213,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fmt(runs, "json")
 
-    trigger = add("trigger", commands.cmd_trigger, "queue one manual run now (schedule untouched)")
+    trigger = add("trigger", "commands_db:cmd_trigger", "queue one manual run now (schedule untouched)")
     trigger.add_argument("id", metavar="ID")
     trigger.add_argument(
         "--wait", action="store_true", help="follow the run: print its result, exit 0 if it succeeded, 1 if not"
     )
-    cancel = add("cancel", commands.cmd_cancel, "cancel a manual run that is still queued")
+    cancel = add("cancel", "commands_db:cmd_cancel", "cancel a manual run that is still queued")
     cancel.add_argument("run_id", type=bounded(int, 1, 2**63 - 1), metavar="RUN_ID")
-    add("down", commands.cmd_down, "stop this project's embedded PostgreSQL (started by any command without --dsn)")
+    add(
+        "down", "commands_db:cmd_down", "stop this project's embedded PostgreSQL (started by any command without --dsn)"
+    )
 
-    explain = add("explain", commands.cmd_explain, "why a task did or did not fire around a time")
+    explain = add("explain", "commands_db:cmd_explain", "why a task did or did not fire around a time")
     explain.add_argument("id", metavar="ID")
     explain.add_argument("--at", help="ISO date-time to explain (default now; no offset = UTC)")
 
-    db = add("db", commands.cmd_db, "database maintenance")
+    db = add("db", "commands_db:cmd_db", "database maintenance")
     db.add_argument(
         "action", choices=["init", "grants"], help="init: create or upgrade the schema; grants: print GRANTs"
     )
@@ -253,6 +258,17 @@ def scope_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     args.source = given[-1] if given else "default"
 
 
+def resolve(handler: str) -> Handler:
+    """The function a command's "module:function" names, below `reconciler`.
+
+    Imported only when its command runs: psycopg, aiohttp and the engine take most of a second
+    to import, and `--version`, `--help` and `validate` need none of them.
+    """
+    module, _, name = handler.partition(":")
+    function: Handler = getattr(importlib.import_module(f"reconciler.{module}"), name)
+    return function
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code."""
     tune_gc()
@@ -261,13 +277,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     scope_sources(parser, args)
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
     try:
-        code: int = args.handler(args)
+        code: int = resolve(args.handler)(args)  # in the try: a Ctrl-C during the import exits 130 too
         return code
     except UserError as exc:
         print(error_line(str(exc), args.log_format), file=sys.stderr)
-        return commands.EXIT_ERROR
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `reconciler plan | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
-        return commands.EXIT_OK
+        return EXIT_OK

@@ -1,4 +1,7 @@
-"""The project's exceptions; the CLI turns them into one line on stderr and exit 1."""
+"""The project's exceptions and exit codes; the CLI turns an exception into one line on stderr and exit 1."""
+
+# 2 is reserved for "changes present" (`plan --detailed-exitcode`, as terraform's), so usage errors exit 1.
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
 
 def one_line(exc: BaseException, fallback: str | None = None) -> str:

@@ -31,8 +31,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from reconciler.clock import utcnow
-from reconciler.commands import EXIT_OK, with_store
-from reconciler.errors import UserError
+from reconciler.commands import with_store
+from reconciler.errors import EXIT_OK, UserError
 from reconciler.loader import FileError, load_text, printable, spec_hash, validate_data
 from reconciler.models import MAX_NAME, EnvRef, Target, TaskSpec, id_problem, is_credential_name
 from reconciler.store import Store, TaskRow
@@ -387,7 +387,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             return await Store.tasks(conn)
 
     rows = with_store(args, work)
-    out = Path(args.out_dir)
+    out = Path(DEFAULT_OUT_DIR if args.out_dir is None else args.out_dir)  # None: --help names it without importing us
     names = Placeholders()
     exported = [export_row(row, names) for row in sorted(rows, key=lambda r: r.id)]
     files = [(out / f"{e.id}.toml", e.text) for e in exported if e.text is not None]

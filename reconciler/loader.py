@@ -10,7 +10,7 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, cached_property
@@ -28,6 +28,7 @@ MAX_FILE_BYTES = 1 << 20  # 1 MiB: a task file is a few hundred bytes; this boun
 MAX_DEPTH = 32  # nesting of tables and arrays: bounds every recursive step after the parse
 INT64 = 1 << 63  # TOML integers are 64-bit (tomllib reads any size)
 TOO_BIG = f"larger than {MAX_FILE_BYTES // 1024} KiB; a task file is one small TOML document"
+BOM = "\ufeff"  # a UTF-8 byte order mark, as some Windows editors write: not part of the text
 NUL_MESSAGE = "contains a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
 
 
@@ -59,19 +60,67 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What a file parsed to when it was applied: all a plan reads of a task whose file is unchanged since."""
+
+    digest: str  # file_digest() of the file as it was applied
+    spec_hash: str
+    enabled: bool
+    timezone: str
+    moved_from: str | None
+
+
 @dataclass(frozen=True)
 class Task:
-    """A validated task file."""
+    """A valid task file: parsed (`parsed`), or standing on what it parsed to when it was applied (`stored`).
+
+    A plan of a file unchanged since it was applied reads only the values `Stored` holds; anything
+    more (spec, schedule, normalized form) parses the file's text on first use.
+    """
 
     id: str
     path: str
-    spec: TaskSpec
-    schedule: Schedule = field(compare=False, repr=False)
-    source: str = field(default="", compare=False, repr=False)
+    source: str = field(default="", repr=False)
+    parsed: tuple[TaskSpec, Schedule] | None = field(default=None, repr=False, compare=False)
+    stored: Stored | None = field(default=None, repr=False, compare=False)
+    digest: str | None = field(default=None, repr=False, compare=False)  # file_digest() of the file; None: no file
 
     def line_of(self, *key: str) -> int:
         """The file line of a key path (0 when unknown); computed only when an error needs it."""
         return locate(key_lines(self.source), key)
+
+    @cached_property
+    def _validated(self) -> tuple[TaskSpec, Schedule]:
+        if self.parsed is not None:
+            return self.parsed
+        assert self.stored is not None
+        task, _ = load_text(self.id, self.path, self.source)
+        if task is None or task.spec_hash != self.stored.spec_hash:
+            # The file parsed differently when it was applied, under the same parser_key(): a change
+            # to the models, the loader or the triggers that did not bump PARSER_VERSION.
+            raise RuntimeError(f"{self.path} no longer parses as it did when applied; bump PARSER_VERSION")
+        return task._validated
+
+    @property
+    def spec(self) -> TaskSpec:
+        return self._validated[0]
+
+    @property
+    def schedule(self) -> Schedule:
+        return self._validated[1]
+
+    @property
+    def enabled(self) -> bool:
+        return self.stored.enabled if self.stored is not None else self.spec.enabled
+
+    @property
+    def timezone(self) -> str:
+        return self.stored.timezone if self.stored is not None else self.spec.timezone
+
+    @property
+    def moved_from(self) -> str | None:
+        return self.stored.moved_from if self.stored is not None else self.spec.moved_from
 
     @cached_property
     def normalized(self) -> dict[str, Any]:
@@ -79,15 +128,28 @@ class Task:
         return self.spec.normalized()
 
     @cached_property
+    def canonical(self) -> str:
+        """The normalized spec as canonical JSON: what spec_hash hashes, and what apply stores."""
+        return canonical_json(self.normalized)
+
+    @cached_property
     def spec_hash(self) -> str:
         """A stable hash of the normalized spec."""
-        return spec_hash(self.normalized)
+        return self.stored.spec_hash if self.stored is not None else _sha256(self.canonical)
+
+
+def canonical_json(normalized: dict[str, Any]) -> str:
+    """A normalized spec as JSON text with sorted keys and no spaces: the same spec, the same text."""
+    return json.dumps(normalized, sort_keys=True, separators=(",", ":"))
+
+
+def _sha256(canonical: str) -> str:
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def spec_hash(normalized: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a normalized spec."""
-    canonical = json.dumps(normalized, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return _sha256(canonical_json(normalized))
 
 
 @dataclass
@@ -238,11 +300,6 @@ def _allowed_keys() -> dict[tuple[str, ...], list[str]]:
 # ---------------------------------------------------------------- loading
 
 
-def task_id_for(tasks_dir: Path, path: Path) -> str:
-    """`tasks.d/billing/invoices.toml` → `billing/invoices`."""
-    return path.relative_to(tasks_dir).with_suffix("").as_posix()
-
-
 @dataclass(frozen=True, slots=True)
 class Entry:
     """A `*.toml` entry below the tasks directory; `problem` says why it cannot be read as a task file."""
@@ -274,6 +331,9 @@ def _link_problem(path: Path, root: Path) -> str | None:
     return None
 
 
+DIRECTORY_NAMED_TOML = "is a directory, not a task file; rename it (the files in it are loaded)"
+
+
 def scan(tasks_dir: Path) -> list[Entry]:
     """Every `*.toml` entry below `tasks_dir`, sorted, each with its problem if any; `_`/`.` names are skipped.
 
@@ -283,25 +343,38 @@ def scan(tasks_dir: Path) -> list[Entry]:
     """
     root = tasks_dir.resolve()
     entries: list[Entry] = []
-
-    def unlistable(exc: OSError) -> None:
-        entries.append(Entry(Path(exc.filename), f"cannot list directory ({exc.strerror})"))
-
-    # followlinks=False: a symlinked directory is reported, never walked, so no loop can recur.
-    for folder, dirs, files in os.walk(tasks_dir, onerror=unlistable, followlinks=False):
-        dirs[:] = [name for name in dirs if not _ignored(name)]
-        base = Path(folder)
-        for name in dirs:
-            path = base / name
-            if path.is_symlink():
-                entries.append(Entry(path, _link_problem(path, root) or "is a symlink to a directory"))
+    folders = [tasks_dir]
+    while folders:  # os.walk's order does not matter (sorted below); its lstat per file costs a tenth of a load
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as listing:
+                items = list(listing)
+        except OSError as exc:
+            entries.append(Entry(folder, f"cannot list directory ({exc.strerror})"))
+            continue
+        for item in items:
+            name = item.name
+            if _ignored(name):
+                continue
+            path = folder / name
+            if _is_dir(item):
+                if item.is_symlink():  # reported, never walked, so no loop can recur
+                    entries.append(Entry(path, _link_problem(path, root) or "is a symlink to a directory"))
+                    continue
+                if name.endswith(".toml"):
+                    entries.append(Entry(path, DIRECTORY_NAMED_TOML))
+                folders.append(path)
             elif name.endswith(".toml"):
-                entries.append(Entry(path, "is a directory, not a task file; rename it (the files in it are loaded)"))
-        for name in files:
-            if name.endswith(".toml") and not _ignored(name):
-                path = base / name
-                entries.append(Entry(path, _link_problem(path, root) if path.is_symlink() else None))
-    return sorted(entries, key=lambda entry: entry.path)
+                entries.append(Entry(path, _link_problem(path, root) if item.is_symlink() else None))
+    return sorted(entries, key=lambda entry: entry.path.parts)  # as paths sort, without a Path comparison per step
+
+
+def _is_dir(item: os.DirEntry[str]) -> bool:
+    """Whether a listed entry is a directory or a symlink to one (a broken or looping symlink is not)."""
+    try:
+        return item.is_dir()
+    except OSError:
+        return False
 
 
 def discover(tasks_dir: Path) -> list[Path]:
@@ -317,17 +390,27 @@ class UnreadableSource(ValueError):
         self.line = line
 
 
-def read_source(path: Path) -> str:
-    """A task file's text; raises OSError, or UnreadableSource (a ValueError) saying why it cannot be a task file."""
+def read_bytes(path: Path) -> bytes:
+    """A task file's bytes; raises OSError, or UnreadableSource (a ValueError) saying why it cannot be a task file."""
     # O_NONBLOCK: opening a FIFO named *.toml must not hang; fstat then refuses it.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise UnreadableSource("not a regular file (a FIFO, socket or device); remove it")
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
+        # Reads sized by fstat: one of MAX_FILE_BYTES would allocate that much for every file. Read on
+        # to the end (or past the limit): the file may have grown since.
+        chunks: list[bytes] = []
+        size, want = 0, min(info.st_size, MAX_FILE_BYTES) + 1
+        while size <= MAX_FILE_BYTES and (chunk := os.read(fd, want)):
+            chunks.append(chunk)
+            size += len(chunk)
+            want = min(1 << 16, MAX_FILE_BYTES + 1 - size)
+    finally:
+        os.close(fd)
+    if size > MAX_FILE_BYTES:
         raise UnreadableSource(TOO_BIG)
-    return decode_source(data)
+    return b"".join(chunks)
 
 
 def decode_source(data: bytes) -> str:
@@ -348,9 +431,11 @@ def decode_source(data: bytes) -> str:
         ) from None
 
 
-def load_text(task_id: str, display: str, source: str) -> tuple[Task | None, list[FileError]]:
-    """Validate one file's text."""
-    source = source.removeprefix("\ufeff")  # a UTF-8 byte order mark, as some Windows editors write
+def load_text(
+    task_id: str, display: str, source: str, digest: str | None = None
+) -> tuple[Task | None, list[FileError]]:
+    """Validate one file's text (`digest`: its file_digest(), kept on the task for apply to store)."""
+    source = source.removeprefix(BOM)
     problem = id_problem(task_id)
     if problem:
         return None, [FileError(display, 0, "id", f"{problem}; rename the file")]
@@ -374,7 +459,7 @@ def load_text(task_id: str, display: str, source: str) -> tuple[Task | None, lis
         where = re.search(r"\d{4300}", source)
         line = source.count("\n", 0, where.start()) + 1 if where else 0
         return None, [FileError(display, line, "toml", "integer out of range; TOML integers are 64-bit")]
-    return validate_data(task_id, display, data, source)
+    return validate_data(task_id, display, data, source, digest)
 
 
 def _deep_line(source: str) -> int:
@@ -445,7 +530,7 @@ def _checkable_trigger(data: dict[str, Any]) -> tuple[Trigger, ZoneInfo] | None:
 
 
 def validate_data(
-    task_id: str, display: str, data: dict[str, Any], source: str = ""
+    task_id: str, display: str, data: dict[str, Any], source: str = "", digest: str | None = None
 ) -> tuple[Task | None, list[FileError]]:
     """Validate parsed TOML data (also used for specs read back from the database).
 
@@ -490,31 +575,123 @@ def validate_data(
             checkable = spec.trigger, ZoneInfo(spec.timezone)
         else:
             if not errors:
-                return Task(task_id, display, spec, schedule, source), []
+                return Task(task_id, display, source, (spec, schedule), digest=digest), []
     if checkable is not None:
         for found in trigger_instants(*checkable)[1]:
             errors.append(error(tuple(found.key.split(".")), found.message, found.key))
     return None, sorted(errors, key=lambda e: e.line)
 
 
-def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
-    """Load and validate every task file under `tasks_dir`; collect all errors."""
+# ---------------------------------------------------------------- unchanged files
+
+# Bump when a change to models.py, loader.py or triggers.py changes what some file parses to, or
+# whether it parses: every file's digest changes with it, so each file is parsed again once.
+PARSER_VERSION = 1
+
+
+@cache
+def parser_key() -> bytes:
+    """Everything besides a file's id and bytes that its parse depends on: the versions of reconciler,
+    its parser, Python, pydantic and croniter, and of the time zone data (a zone's new rules can put
+    a `once` into a gap)."""
+    import sys
+    import zoneinfo
+
+    import pydantic
+    from croniter import croniter
+
+    from reconciler import __version__
+
+    # croniter has no __version__, and importlib.metadata costs `validate` 40 ms to import: its code stands in.
+    cron_file = sys.modules[croniter.__module__].__file__
+    cron_code = hashlib.sha256(Path(cron_file).read_bytes()).hexdigest() if cron_file else "unknown"
+    parts = [f"reconciler {__version__} parser {PARSER_VERSION}", f"python {sys.version}"]
+    parts += [f"pydantic {pydantic.VERSION}", f"croniter {cron_code}"]
+    for folder in zoneinfo.TZPATH:  # the first folder with an index names the system's tz data version
+        index = Path(folder, "tzdata.zi")
+        if index.is_file():
+            with index.open() as lines:
+                parts.append(f"{folder} {lines.readline().strip()}")
+            break
+    try:
+        import tzdata  # type: ignore[import-untyped]  # the fallback ZoneInfo reads when a zone is not in TZPATH
+
+        parts.append(f"tzdata {tzdata.IANA_VERSION}")
+    except ImportError:
+        pass
+    return "\n".join(parts).encode() + b"\0"
+
+
+def file_digest(task_id: str, data: bytes) -> str:
+    """sha256 of a task file's bytes, its id and parser_key(): the same digest, the same parse."""
+    return hashlib.sha256(parser_key() + task_id.encode() + b"\0" + data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFile:
+    """A task file read but not parsed."""
+
+    id: str
+    path: str  # as displayed
+    source: str
+    digest: str
+
+
+@dataclass
+class TaskFiles:
+    """A tasks directory read but not parsed: its readable files, and an error for every entry that is not one."""
+
+    root: str
+    files: list[TaskFile]
+    errors: list[FileError]
+    order: dict[str, int]  # display path → place in the directory: errors are reported file by file
+
+    def digests(self) -> dict[str, str]:
+        """{id: digest} of the files that can be tasks: an id with a problem cannot (nor be sent to PostgreSQL,
+        which refuses a file name that is not UTF-8)."""
+        return {f.id: f.digest for f in self.files if id_problem(f.id) is None}
+
+    def load(self, known: Mapping[str, Stored] | None = None) -> LoadResult:
+        """Parse and validate every file, except those `known` holds with their digest: they stand on what they
+        parsed to when applied, which is what they parse to now (the digest covers all the parse depends on)."""
+        known = known or {}
+        tasks: list[Task] = []
+        errors = list(self.errors)
+        for file in self.files:
+            stored = known.get(file.id)
+            if stored is not None and stored.digest == file.digest:
+                tasks.append(Task(file.id, file.path, file.source.removeprefix(BOM), stored=stored, digest=file.digest))
+                continue
+            task, problems = load_text(file.id, file.path, file.source, file.digest)
+            errors.extend(problems)
+            if task is not None:
+                tasks.append(task)
+        errors.extend(_duplicate_ids(tasks, {t.id for t in tasks} | _ids_with_errors(errors, self.root)))
+        # File by file, each in line order (the moved_from checks come last otherwise).
+        errors.sort(key=lambda e: (self.order.get(e.path, len(self.order)), e.line))
+        return LoadResult(tasks, errors)
+
+
+def read_files(tasks_dir: Path, display_root: str | None = None) -> TaskFiles:
+    """Read and digest every task file under `tasks_dir` (nothing is parsed); collect the errors of the rest."""
     root = display_root if display_root is not None else str(tasks_dir)
     if not tasks_dir.is_dir():
-        return LoadResult([], [FileError(root, 0, "--tasks-dir", "directory not found; create it or pass --tasks-dir")])
-    tasks: list[Task] = []
+        missing = FileError(root, 0, "--tasks-dir", "directory not found; create it or pass --tasks-dir")
+        return TaskFiles(root, [], [missing], {})
+    files: list[TaskFile] = []
     errors: list[FileError] = []
     order: dict[str, int] = {}
+    depth = len(tasks_dir.parts)
     for entry in scan(tasks_dir):
-        path = entry.path
-        relative = path.relative_to(tasks_dir).as_posix()
-        display = root if relative == "." else f"{root.rstrip('/')}/{relative}"
+        relative = "/".join(entry.path.parts[depth:])  # what relative_to gives, at a fraction of its cost
+        display = f"{root.rstrip('/')}/{relative}" if relative else root
         order.setdefault(display, len(order))
         if entry.problem is not None:
             errors.append(FileError(display, 0, "(file)", entry.problem))
             continue
         try:
-            source = read_source(path)
+            data = read_bytes(entry.path)
+            source = decode_source(data)
         except OSError as exc:
             errors.append(FileError(display, 0, "(file)", f"cannot read file ({exc.strerror})"))
             continue
@@ -522,14 +699,14 @@ def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
             line = exc.line if isinstance(exc, UnreadableSource) else 0
             errors.append(FileError(display, line, "(file)", str(exc)))
             continue
-        task, problems = load_text(task_id_for(tasks_dir, path), display, source)
-        errors.extend(problems)
-        if task is not None:
-            tasks.append(task)
-    errors.extend(_duplicate_ids(tasks, {t.id for t in tasks} | _ids_with_errors(tasks_dir, errors, root)))
-    # File by file, each in line order (the moved_from checks come last otherwise).
-    errors.sort(key=lambda e: (order.get(e.path, len(order)), e.line))
-    return LoadResult(tasks, errors)
+        task_id = relative.removesuffix(".toml")  # tasks.d/billing/invoices.toml → billing/invoices
+        files.append(TaskFile(task_id, display, source, file_digest(task_id, data)))
+    return TaskFiles(root, files, errors, order)
+
+
+def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
+    """Load and validate every task file under `tasks_dir`; collect all errors."""
+    return read_files(tasks_dir, display_root).load()
 
 
 def fire_warnings(tasks: Iterable[Task], now: datetime) -> list[FileWarning]:
@@ -543,7 +720,7 @@ def fire_warnings(tasks: Iterable[Task], now: datetime) -> list[FileWarning]:
     return warnings
 
 
-def _ids_with_errors(tasks_dir: Path, errors: list[FileError], root: str) -> set[str]:
+def _ids_with_errors(errors: list[FileError], root: str) -> set[str]:
     prefix = root.rstrip("/") + "/"
     return {e.path[len(prefix) :].removesuffix(".toml") for e in errors if e.path.startswith(prefix)}
 
@@ -552,7 +729,7 @@ def _duplicate_ids(tasks: list[Task], present: set[str]) -> list[FileError]:
     errors: list[FileError] = []
     claimed: dict[str, str] = {}
     for task in tasks:
-        old = task.spec.moved_from
+        old = task.moved_from
         if old is None:
             continue
         line = task.line_of("moved_from")

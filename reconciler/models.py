@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails
+
+from reconciler.hosts import HOST_PORT, host_problem
 
 ID_SEGMENT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -67,8 +68,6 @@ FRAMING_HEADERS = ("content-length", "transfer-encoding")
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
 HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space, tab
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
-HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(?::([0-9]*))?")  # an IPv6 host in brackets
-HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 
 
 # A rule across fields of one model: the fields it reads, and a function of their values
@@ -560,33 +559,6 @@ class OAuth2ClientCredentials(Model):
 
 
 Auth = Annotated[BearerAuth | BasicAuth | OAuth2ClientCredentials, Field(discriminator="kind")]
-
-
-def host_problem(host: str) -> str | None:
-    """Why `host` (as written in a URL or HOST:PORT, IPv6 in brackets) is not a host a client can reach, or None."""
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            return f"{host} is not a valid IPv6 address"
-        return None
-    if not host.isascii():
-        # Decision: no IDNA here; clients disagree (IDNA 2003 vs 2008), the punycode form is unambiguous.
-        try:
-            hint = f" ({host.encode('idna').decode('ascii')})"
-        except UnicodeError:
-            hint = ""
-        return f"host {host!r} is not ASCII; write its punycode form{hint}"
-    labels = host.lower().removesuffix(".").split(".")
-    if all(label.isdigit() for label in labels):
-        try:
-            ipaddress.IPv4Address(host.removesuffix("."))
-        except ValueError:
-            return f"{host!r} is not a valid IPv4 address"
-        return None
-    if len(host) > 253 or not all(HOST_LABEL.fullmatch(label) for label in labels):
-        return f"{host!r} is not a valid host name"
-    return None
 
 
 def check_url(value: str) -> str:

@@ -6,6 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Literal
 
 from reconciler.loader import FileError, Task, spec_hash
@@ -26,24 +27,54 @@ class FieldDiff:
     new: Any
 
 
+@dataclass(frozen=True)
+class Preview:
+    """What a created or retimed task does from now on: its next fire times, warnings, schedule in words."""
+
+    next_fire_times: list[datetime]
+    warnings: list[str]
+    description: str | None
+
+
+NO_PREVIEW = Preview([], [], None)
+
+
 @dataclass
 class Change:
     op: Op
     id: str
     moved_from: str | None = None
     fields: list[FieldDiff] = field(default_factory=list)
-    next_fire_times: list[datetime] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
     drift: bool = False
     drift_fields: list[FieldDiff] = field(default_factory=list)  # columns that disagree with the stored spec
     retime: bool = False
     task: Task | None = None
     row: TaskRow | None = None
-    description: str | None = None
+    # The plan's `now` for a created or retimed task. Its preview is computed when shown, not when
+    # planned: an apply of 10,000 new files would otherwise spend most of its locked time on it.
+    preview_from: datetime | None = None
 
     @property
     def writes(self) -> bool:
         return self.op != "noop"
+
+    @cached_property
+    def preview(self) -> Preview:
+        if self.preview_from is None or self.task is None:
+            return NO_PREVIEW
+        return schedule_preview(self.task, self.preview_from)
+
+    @property
+    def next_fire_times(self) -> list[datetime]:
+        return self.preview.next_fire_times
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.preview.warnings
+
+    @property
+    def description(self) -> str | None:
+        return self.preview.description
 
 
 @dataclass
@@ -138,24 +169,25 @@ def column_drift(row: TaskRow, desired: dict[str, Any] | None = None) -> list[Fi
 
 
 def _unchanged(row: TaskRow, task: Task) -> bool:
-    """The common no-op, decided without hashing the row: same stored hash, same content, same columns."""
+    """The common no-op, decided without hashing the row (or parsing an unchanged file): same stored hash,
+    same content, same columns."""
     return (
         row.tampered is False
         and row.spec_hash == task.spec_hash
-        and row.enabled == task.spec.enabled
-        and row.timezone == task.spec.timezone
+        and row.enabled == task.enabled
+        and row.timezone == task.timezone
     )
 
 
-def _schedule_preview(change: Change, task: Task, now: datetime) -> None:
+def schedule_preview(task: Task, now: datetime) -> Preview:
+    """The next three fire times after `now`, the DST and never-fires warnings, and the schedule in words."""
     from reconciler.render import describe_trigger
 
-    change.next_fire_times = [f.at for f in upcoming(task.schedule, now, 3)]
-    change.warnings = dst_warnings(task.schedule, task.spec.timezone, now)
+    warnings = dst_warnings(task.schedule, task.spec.timezone, now)
     never = never_fires(task.spec, task.schedule, now)
     if never:  # a warning, not a refusal: a once in the past may be kept on purpose
-        change.warnings.append(f"{never[0]}: {never[1]}")
-    change.description = describe_trigger(task.spec)
+        warnings.append(f"{never[0]}: {never[1]}")
+    return Preview([f.at for f in upcoming(task.schedule, now, 3)], warnings, describe_trigger(task.spec))
 
 
 def _retimes(fields: list[FieldDiff]) -> bool:
@@ -174,8 +206,8 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
     for task in desired:
         row = by_id.get(task.id)
         old_id = None
-        if row is None and task.spec.moved_from and task.spec.moved_from in by_id:
-            row = by_id[task.spec.moved_from]
+        if row is None and task.moved_from and task.moved_from in by_id:
+            row = by_id[task.moved_from]
             old_id = row.id
         if row is not None and row.source != source:
             key = "moved_from" if old_id else "id"
@@ -191,9 +223,7 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
             )
             continue
         if row is None:
-            change = Change("create", task.id, task=task, retime=True)
-            _schedule_preview(change, task, now)
-            changes.append(change)
+            changes.append(Change("create", task.id, task=task, retime=True, preview_from=now))
             continue
         consumed.add(row.id)
         if not old_id and _unchanged(row, task):
@@ -202,12 +232,11 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
         # After a finished move, moved_from is a leftover pointer, not content: dropping it changes nothing.
         fields = [f for f in diff_fields(row.spec, task.normalized) if old_id or f.path != "moved_from"]
         drift = is_drifted(row)
-        retime = _retimes(fields) or (not row.enabled and task.spec.enabled)
+        retime = _retimes(fields) or (not row.enabled and task.enabled)
         op: Op = "move" if old_id else ("update" if fields or drift else "noop")
         change = Change(op, task.id, moved_from=old_id, fields=fields, drift=drift, retime=retime, task=task, row=row)
         change.drift_fields = column_drift(row, task.normalized) if drift else []
-        if retime:
-            _schedule_preview(change, task, now)
+        change.preview_from = now if retime else None
         changes.append(change)
     if prune:
         wanted = {t.id for t in desired}

@@ -114,7 +114,7 @@ def _head(change: Change) -> str:
 
 
 def _zone(change: Change) -> ZoneInfo:
-    return ZoneInfo(change.task.spec.timezone if change.task is not None else "UTC")
+    return ZoneInfo(change.task.timezone if change.task is not None else "UTC")
 
 
 def _kind(change: Change) -> str:

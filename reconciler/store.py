@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -240,6 +240,14 @@ class Store:
             with _privileges(conn, name):
                 async with conn.cursor() as cursor:
                     await cursor.executemany(QUERIES[name], params)
+
+    @staticmethod
+    async def copy(conn: Conn, name: str, rows: Iterable[Sequence[Any]]) -> None:
+        """The named `COPY … FROM STDIN`, one row per item of `rows`."""
+        with _privileges(conn, name):
+            async with conn.cursor() as cursor, cursor.copy(QUERIES[name]) as copy:
+                for row in rows:
+                    await copy.write_row(row)
 
     # ------------------------------------------------------------ schema
 

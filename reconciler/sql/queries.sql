@@ -30,16 +30,52 @@ SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_r
 
 -- name: task_insert
 INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
-                             created_at, updated_at, revision)
-VALUES (%(id)s, %(source)s, %(spec)s, %(spec_hash)s, md5((%(spec)s)::jsonb::text), %(enabled)s, %(timezone)s,
-        %(next_run_at)s, %(now)s, %(now)s, %(revision)s);
+                             created_at, updated_at, revision, file_digest)
+VALUES (%(id)s, %(source)s, %(spec)s::jsonb, %(spec_hash)s, md5((%(spec)s)::jsonb::text), %(enabled)s, %(timezone)s,
+        %(next_run_at)s, %(now)s, %(now)s, %(revision)s,
+        md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text));
+
+-- name: tasks_new_table
+-- Many creates (a first apply) go by COPY into this table, then one INSERT … SELECT (tasks_insert_new).
+CREATE TEMPORARY TABLE tasks_new (id text, source text, spec jsonb, spec_hash text, enabled boolean, timezone text,
+                                  next_run_at timestamptz, revision text, digest text) ON COMMIT DROP;
+
+-- name: tasks_new_copy
+COPY tasks_new (id, source, spec, spec_hash, enabled, timezone, next_run_at, revision, digest) FROM STDIN;
+
+-- name: tasks_insert_new
+-- No ON CONFLICT: the plan saw none of these ids under the apply lock, so a conflict is a row
+-- written outside reconciler meanwhile, and fails the apply as task_insert does.
+INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
+                             created_at, updated_at, revision, file_digest)
+SELECT id, source, spec, spec_hash, md5(spec::text), enabled, timezone, next_run_at, %(now)s, %(now)s, revision,
+       md5(digest || spec_hash || spec::text)
+  FROM tasks_new;
 
 -- name: task_update
 UPDATE scheduler.tasks
-   SET id = %(id)s, spec = %(spec)s, spec_hash = %(spec_hash)s, spec_digest = md5((%(spec)s)::jsonb::text),
+   SET id = %(id)s, spec = %(spec)s::jsonb, spec_hash = %(spec_hash)s, spec_digest = md5((%(spec)s)::jsonb::text),
        enabled = %(enabled)s, timezone = %(timezone)s,
-       next_run_at = %(next_run_at)s, updated_at = %(now)s, revision = %(revision)s
+       next_run_at = %(next_run_at)s, updated_at = %(now)s, revision = %(revision)s,
+       file_digest = md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text)
  WHERE id = %(old_id)s;
+
+-- name: tasks_unchanged
+-- What the files with these digests ({id: digest}) parsed to when applied, for the rows whose
+-- file_digest still binds that digest to the row's spec_hash and spec (see schemata.toml).
+-- One jsonb parameter, not two arrays: psycopg adapts 10,000-element arrays slowly.
+SELECT t.id, f.digest, t.spec_hash, (t.spec ->> 'enabled')::boolean AS enabled, t.spec ->> 'timezone' AS timezone,
+       t.spec ->> 'moved_from' AS moved_from
+  FROM jsonb_each_text(%(digests)s) AS f(id, digest)
+  JOIN scheduler.tasks t ON t.id = f.id
+ WHERE t.file_digest = md5(f.digest || t.spec_hash || t.spec::text);
+
+-- name: tasks_seal
+-- Rows an apply found equal to their file but without its digest (written by an older reconciler,
+-- or before a parser change) get it; only those: a row already sealed is not rewritten.
+UPDATE scheduler.tasks t SET file_digest = md5(f.digest || t.spec_hash || t.spec::text)
+  FROM jsonb_each_text(%(digests)s) AS f(id, digest)
+ WHERE t.id = f.id AND t.file_digest IS DISTINCT FROM md5(f.digest || t.spec_hash || t.spec::text);
 
 -- name: runs_move
 UPDATE scheduler.runs SET task_id = %(id)s WHERE task_id = %(old_id)s;
