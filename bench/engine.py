@@ -49,7 +49,8 @@ from reconciler.targets import new_session
 TASKS = 10_000
 BURST_TASKS = 10_000
 SLOW_TASKS = 2_000
-CONCURRENCY = 100  # the engine's default --concurrency, and the client ceiling's
+CONCURRENCY = 100  # the engines' --concurrency, and the client ceiling's
+BATCH = 1000  # the engines' --batch, and the bare claim loops'
 SLOW_CONCURRENCY = 500
 LEAD_SECONDS = 6.0  # tasks fall due this long (plus 1 s per 600 files) after the apply starts: every engine waits
 QUIET_SECONDS = 15.0  # a scenario ends when everything arrived, or nothing arrived for this long
@@ -344,14 +345,14 @@ def ratio(part: float | None, whole: float) -> float | None:
 
 def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
     """The scenarios named in `wanted` (all when empty), in an order where each leaves the database empty."""
-    engine_args = ("--concurrency", str(CONCURRENCY), "--batch", "500")
+    engine_args = ("--concurrency", str(CONCURRENCY), "--batch", str(BATCH))
     slow_args = ("--concurrency", str(SLOW_CONCURRENCY), "--batch", "500")
     steps: dict[str, Callable[[], Any]] = {
         "fire1": lambda: scenario(dsn, url, work, "fire1", 1, TASKS, once_soon, *engine_args),
         "fire3": lambda: scenario(dsn, url, work, "fire3", 3, TASKS, once_soon, *engine_args),
         "client": lambda: asyncio.run(client_ceiling(url, TASKS, CONCURRENCY)),
-        "raw_claim": lambda: raw_claim_loop(dsn, TASKS),
-        "engine_claim": lambda: asyncio.run(engine_claim_loop(dsn, TASKS)),
+        "raw_claim": lambda: raw_claim_loop(dsn, TASKS, BATCH),
+        "engine_claim": lambda: asyncio.run(engine_claim_loop(dsn, TASKS, BATCH)),
         "burst": lambda: scenario(dsn, url, work, "burst", 3, BURST_TASKS, hourly_soon, *engine_args),
         "slow": lambda: scenario(dsn, url, work, "slow", 1, SLOW_TASKS, lambda n: once_soon(n, "slow"), *slow_args),
     }
@@ -375,7 +376,7 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
     slow_rate = round(SLOW_TASKS / slow["seconds_first_to_last_answer"], 1)
     results = {
         "throughput": [got["fire1"], got["fire3"]],
-        "client_ceiling": {**client, "concurrency": CONCURRENCY},
+        "client_ceiling": {**got["client"], "concurrency": CONCURRENCY},
         "raw_claim_rows_per_second": round(raw, 1),
         "engine_claim_rows_per_second": round(claim, 1),
         "one_engine_vs_client": ratio(one, client),

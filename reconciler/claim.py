@@ -20,7 +20,7 @@ from typing import Any, Literal
 from reconciler.clock import utc_text
 from reconciler.errors import one_line
 from reconciler.models import Policy, TaskSpec
-from reconciler.store import Conn, Store
+from reconciler.store import Row, Store
 from reconciler.targets import idempotency_key
 from reconciler.triggers import Fire, Schedule, compile_schedule, schedule_key
 
@@ -32,6 +32,7 @@ MAX_COMPILED = 50_000  # validated specs kept per engine (tasks' specs, not runs
 WARM_LIMIT = 20_000  # soon-due tasks looked at per idle moment
 
 Status = Literal["running", "missed", "skipped", "failed"]
+Statement = tuple[str, dict[str, Any]]  # a named query and its parameters
 
 
 @dataclass(frozen=True)
@@ -248,23 +249,26 @@ class Claimer:
         return len(rows)
 
     async def claim(self, now: datetime) -> Report:
-        """One transaction: record the due occurrences and queued manual runs, take leases, advance."""
+        """One transaction: record the due occurrences and queued manual runs, take leases, advance.
+
+        Its statements go in four round trips (Store.pipelined): what is due; the task locks and
+        their leases; the run rows; the leases and the next run times."""
         started = time.perf_counter()
         report = Report()
+        scope = {"now": now, "batch": self.batch, "sources": list(self.sources)}
         async with self.store.transaction() as conn:
-            lost = await Store.fetch(conn, "runs_mark_lost", {"now": now})
+            lost, due, queued = await Store.pipelined(
+                conn, [("runs_mark_lost", {"now": now}), ("claim_due", scope), ("claim_queued", scope)]
+            )
             for row in lost:
                 report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
-            scope = {"now": now, "batch": self.batch, "sources": list(self.sources)}
-            due = await Store.fetch(conn, "claim_due", scope)
-            queued = await Store.fetch(conn, "claim_queued", scope)
             ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
             held: dict[str, int] = {}
             if ids:
-                await Store.fetch(conn, "lock_tasks", {"ids": ids})
-                held = {
-                    r["task_id"]: r["held"] for r in await Store.fetch(conn, "leases_held", {"ids": ids, "now": now})
-                }
+                _, leases = await Store.pipelined(
+                    conn, [("lock_tasks", {"ids": ids}), ("leases_held", {"ids": ids, "now": now})]
+                )
+                held = {r["task_id"]: r["held"] for r in leases}
             report.claimed_tasks = len(due)
             inserts: list[tuple[str, Decision]] = []
             advance: dict[str, datetime | None] = {}
@@ -285,19 +289,22 @@ class Claimer:
                 held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
                 inserts.extend((task_id, d) for d in decisions)
                 advance[task_id] = following
-            report.runs.extend(await self._insert_runs(conn, inserts, specs, now, report))
-            report.runs.extend(await self._start_manual(conn, queued, held, now, report))
-            await self._take_leases(conn, report.runs, now)
+            manual, starts = self._start_manual(queued, held, now, report)
+            written = await Store.pipelined(conn, [*self._insert_runs(inserts, now), *starts])
+            report.runs.extend(self._claimed(inserts, written[0] if inserts else [], specs, report))
+            report.runs.extend(manual)
+            finish = self._take_leases(report.runs, now)
             if advance:
-                await Store.execute(conn, "tasks_advance", {"ids": list(advance), "nexts": list(advance.values())})
+                finish.append(("tasks_advance", {"ids": list(advance), "nexts": list(advance.values())}))
+            if finish:
+                await Store.pipelined(conn, finish)
         report.fired = len(report.runs)
         report.seconds = time.perf_counter() - started
         log_recorded(report.recorded)
         return report
 
-    async def _insert_runs(
-        self, conn: Conn, inserts: list[tuple[str, Decision]], specs: dict[str, TaskSpec], now: datetime, report: Report
-    ) -> list[Claimed]:
+    def _insert_runs(self, inserts: list[tuple[str, Decision]], now: datetime) -> list[Statement]:
+        """The run rows of the decisions (one statement; none for no decisions)."""
         if not inserts:
             return []
         params = {
@@ -309,7 +316,13 @@ class Claimer:
             "statuses": [d.status for _, d in inserts],
             "errors": [d.error for _, d in inserts],
         }
-        rows = await Store.fetch(conn, "runs_insert", params)
+        return [("runs_insert", params)]
+
+    @staticmethod
+    def _claimed(
+        inserts: list[tuple[str, Decision]], rows: list[Row], specs: dict[str, TaskSpec], report: Report
+    ) -> list[Claimed]:
+        """The inserted rows to fire; the others were recorded finished (missed, skipped, failed)."""
         report.duplicates += len(inserts) - len(rows)
         kinds = {(t, d.scheduled_for): d.kind for t, d in inserts}
         claimed: list[Claimed] = []
@@ -323,10 +336,12 @@ class Claimer:
                 report.record(row["task_id"], row["scheduled_for"], row["status"], row["error"])
         return claimed
 
-    async def _start_manual(
-        self, conn: Conn, queued: list[dict[str, Any]], held: dict[str, int], now: datetime, report: Report
-    ) -> list[Claimed]:
+    def _start_manual(
+        self, queued: list[Row], held: dict[str, int], now: datetime, report: Report
+    ) -> tuple[list[Claimed], list[Statement]]:
+        """The queued manual runs that start now (a task with a free slot), and their statements."""
         claimed: list[Claimed] = []
+        statements: list[Statement] = []
         for row in queued:
             task_id = row["task_id"]
             status, error = "running", None
@@ -338,17 +353,18 @@ class Claimer:
                 if held.get(task_id, 0) >= spec.policy.max_running_instances:
                     continue  # a manual run is never skipped: it stays queued until a slot is free
             params = {"status": status, "engine_id": self.engine_id, "now": now, "error": error}
-            await Store.execute(conn, "runs_start_manual", {**params, "run_id": row["run_id"]})
+            statements.append(("runs_start_manual", {**params, "run_id": row["run_id"]}))
             if status == "running":
                 held[task_id] = held.get(task_id, 0) + 1
                 claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], "manual", spec))
             else:
                 report.record(task_id, row["scheduled_for"], status, error)
-        return claimed
+        return claimed, statements
 
-    async def _take_leases(self, conn: Conn, runs: list[Claimed], now: datetime) -> None:
+    def _take_leases(self, runs: list[Claimed], now: datetime) -> list[Statement]:
+        """Each run's deadline, and the statement taking their leases (none for no runs)."""
         if not runs:
-            return
+            return []
         margin = self.lease_margin
         started = time.monotonic()
         seconds = [lease_seconds(run.spec, margin) for run in runs]
@@ -357,4 +373,4 @@ class Claimer:
             run.deadline = started + lease - margin / 2
         params = {"engine_id": self.engine_id, "now": now, "seconds": seconds}
         ids = {"task_ids": [c.task_id for c in runs], "run_ids": [c.run_id for c in runs]}
-        await Store.execute(conn, "leases_insert", {**params, **ids})
+        return [("leases_insert", {**params, **ids})]

@@ -238,7 +238,9 @@ class Engine:
                 if time.monotonic() - last_prune >= self.config.prune_seconds:
                     last_prune = time.monotonic()
                     await self.prune_safely(now)
-                if len(self.inflight) >= self.config.concurrency * 2:
+                if len(self.inflight) >= self.config.concurrency + self.config.batch:
+                    # Claim again while a batch still waits for slots: a claim under load takes
+                    # longer than firing a few hundred runs, and the slots must not fall idle.
                     # An event, not asyncio.wait(inflight): that adds and removes a callback on every
                     # run in flight each time one lands.
                     self._slot_freed.clear()

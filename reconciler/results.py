@@ -96,25 +96,26 @@ class Results:
         return None
 
     async def _write(self, rows: list[Result]) -> None:
-        run_ids = [r["run_id"] for r in rows]
+        run_ids = {"run_ids": [r["run_id"] for r in rows]}
+        columns = {
+            "statuses": [r["status"] for r in rows],
+            "attempts": [r["attempt"] for r in rows],
+            "started": [r["started_at"] for r in rows],
+            "finished": [r["finished_at"] for r in rows],
+            "http": [r["http_status"] for r in rows],
+            "errors": [r["error"] for r in rows],
+            "durations": [r["duration_ms"] for r in rows],
+            "excerpts": [r["excerpt"] for r in rows],
+        }
         async with self.store.transaction() as conn:
-            await Store.execute(
+            await Store.pipelined(
                 conn,
-                "runs_finish_many",
-                {
-                    "run_ids": run_ids,
-                    "statuses": [r["status"] for r in rows],
-                    "attempts": [r["attempt"] for r in rows],
-                    "started": [r["started_at"] for r in rows],
-                    "finished": [r["finished_at"] for r in rows],
-                    "http": [r["http_status"] for r in rows],
-                    "errors": [r["error"] for r in rows],
-                    "durations": [r["duration_ms"] for r in rows],
-                    "excerpts": [r["excerpt"] for r in rows],
-                },
+                [
+                    ("runs_finish_many", {**run_ids, **columns}),
+                    ("leases_release_many", run_ids),
+                    ("runs_finish_notify", run_ids),
+                ],
             )
-            await Store.execute(conn, "leases_release_many", {"run_ids": run_ids})
-            await Store.execute(conn, "runs_finish_notify", {"run_ids": run_ids})
 
     async def writer(self, done: Callable[[], bool]) -> None:
         """Background writer for serve(): small batches, retried while the database is away, until `done()`."""

@@ -103,11 +103,14 @@ def needed_privileges(statement: str, table: str) -> tuple[str, list[str]]:
 
 
 def _denied(exc: psycopg.errors.InsufficientPrivilege, user: str, query: str | None = None) -> PermissionDenied:
-    """One line: what PostgreSQL refused, the privilege the statement needs, and where the fix is."""
+    """One line: what PostgreSQL refused, the privilege the statement needs, and where the fix is.
+
+    `query` names the statement, or several sent together (`a, b`: any of them may be the one)."""
     reason = one_line(exc, "permission denied")
     found = _DENIED_FOR.match(reason)
     if found and found[1] == "table":
-        table, privileges = needed_privileges(QUERIES.get(query or "", ""), found[2])
+        statements = "\n".join(QUERIES.get(name, "") for name in (query or "").split(", "))
+        table, privileges = needed_privileges(statements, found[2])
         needs = f"role {user!r} needs {', '.join(privileges) or 'a privilege'} on {table}"
     elif found:
         needs = f"role {user!r} needs USAGE on {found[1]} {found[2]}"
@@ -240,6 +243,23 @@ class Store:
             with _privileges(conn, name):
                 async with conn.cursor() as cursor:
                     await cursor.executemany(QUERIES[name], params)
+
+    @staticmethod
+    async def pipelined(conn: Conn, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> list[list[Row]]:
+        """The named statements sent together, in order, in one round trip; each one's rows.
+
+        The engine's claim and result writes are chains of short statements: one round trip
+        each would wait on a busy event loop every time."""
+        if not statements:
+            return []
+        with _privileges(conn, ", ".join(name for name, _ in statements)):
+            async with conn.pipeline():
+                cursors = []
+                for name, params in statements:
+                    cursor = conn.cursor()
+                    await cursor.execute(QUERIES[name], params)
+                    cursors.append(cursor)
+            return [await c.fetchall() if c.description else [] for c in cursors]
 
     @staticmethod
     async def copy(conn: Conn, name: str, rows: Iterable[Sequence[Any]]) -> None:

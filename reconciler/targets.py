@@ -227,6 +227,7 @@ def new_session(connections: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
         cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None),  # each attempt's deadline is an asyncio.timeout (see _send)
         trust_env=False,
         json_serialize=compact_json,
     )
