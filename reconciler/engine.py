@@ -81,7 +81,10 @@ class Engine:
         self.inflight: set[asyncio.Task[Outcome | None]] = set()
         self.ready = False  # a claim has succeeded (for /readyz)
         self.hurry = asyncio.Event()  # a second Ctrl-C: stop draining, leave in-flight runs to their leases
-        self._slot_freed = asyncio.Event()  # a run in flight has finished
+        self._slot_freed = asyncio.Event()  # runs in flight have finished: room to claim again
+        # Claim while fewer runs than this are in flight: a batch still waits for slots while the
+        # next claim runs (under load a claim takes longer than firing a few hundred runs).
+        self._claim_below = config.concurrency + config.batch
         self.observers: list[Observer] = []
 
     async def claim(self, now: datetime) -> Report:
@@ -212,7 +215,8 @@ class Engine:
 
     def _landed(self, task: asyncio.Task[Outcome | None]) -> None:
         self.inflight.discard(task)
-        self._slot_freed.set()
+        if len(self.inflight) <= self._claim_below - max(1, self.config.batch // 2):
+            self._slot_freed.set()  # room for half a batch: not a wake-up per finished run
 
     async def _execute_safely(self, claimed: Claimed) -> Outcome | None:
         try:
@@ -238,9 +242,7 @@ class Engine:
                 if time.monotonic() - last_prune >= self.config.prune_seconds:
                     last_prune = time.monotonic()
                     await self.prune_safely(now)
-                if len(self.inflight) >= self.config.concurrency + self.config.batch:
-                    # Claim again while a batch still waits for slots: a claim under load takes
-                    # longer than firing a few hundred runs, and the slots must not fall idle.
+                if len(self.inflight) >= self._claim_below:
                     # An event, not asyncio.wait(inflight): that adds and removes a callback on every
                     # run in flight each time one lands.
                     self._slot_freed.clear()

@@ -32,6 +32,10 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
 
     In json mode every line on stderr is one JSON object, library warnings included.
     """
+    # No caller, thread or process lookups per record (the logging HOWTO's "Optimization"): no
+    # format shows them, and the engine logs every run.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
