@@ -135,6 +135,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def neighbours_cpu() -> dict[str, float]:
+    """CPU seconds used so far by PostgreSQL's processes and by the sink: they share the 2 cores."""
+    used = {"postgres": 0.0, "sink": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+            cmdline = (entry / "cmdline").read_bytes()
+            kind = "postgres" if comm == "postgres" else "sink" if b"bench.sink" in cmdline else None
+            if kind:
+                used[kind] += cpu_seconds(int(entry.name))
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return used
+
+
+def per_fire_ms(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+    return {k: round((after[k] - before[k]) * 1000 / count, 3) for k in before}
+
+
 def wait_for_arrivals(url: str, count: int) -> None:
     """Until `count` requests arrived, or none arrived for QUIET_SECONDS (bounded either way)."""
     last_change, seen = time.monotonic(), -1
@@ -204,11 +225,13 @@ def scenario(
             assert datetime.now(UTC) < at, "the apply took longer than the lead time; raise LEAD_SECONDS"
             time.sleep((at - datetime.now(UTC)).total_seconds())  # the sink counts from the due instant on
             cpu_before = sum(cpu_seconds(proc.pid) for proc in procs)
+            neighbours = neighbours_cpu()
             spies = [spy(proc.pid, f"{name}-{i}") for i, proc in enumerate(procs)]
             wait_for_arrivals(url, count)
             time.sleep(SLOW_SECONDS * 2)  # the last answers of a slow target
             rss = [peak_rss_mib(proc.pid) for proc in procs]
             cpu = sum(cpu_seconds(proc.pid) for proc in procs) - cpu_before
+            others = per_fire_ms(neighbours, neighbours_cpu(), count)
             for watcher in spies:
                 if watcher is not None:
                     watcher.wait(timeout=60)
@@ -232,6 +255,7 @@ def scenario(
         "lag_max_ms": round(lags[-1] * 1000, 1),
         "peak_rss_mib": rss,
         "engine_cpu_ms_per_fire": round(cpu * 1000 / count, 3),  # all engines' CPU from the due instant on
+        "neighbours_cpu_ms_per_fire": others,  # PostgreSQL's and the sink's, in the same window
         "engine_args": args,
     }
     assert got["count"] == count == got["keys_unique"], f"{name}: {got['count']} of {count} fired; see {log_path}"
@@ -254,15 +278,17 @@ async def client_ceiling(url: str, count: int, concurrency: int) -> dict[str, An
             async with session.post(f"{url}/fire/{index}", headers=headers, json={"n": index}) as response:
                 await response.content.read(1024)
 
-    cpu = time.process_time()
+    cpu, neighbours = time.process_time(), neighbours_cpu()
     async with new_session(concurrency) as session:  # the engine's own client settings
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     cpu = time.process_time() - cpu
+    others = per_fire_ms(neighbours, neighbours_cpu(), count)
     got = sink_get(url, "_stats")
     return {
         "requests": got["count"],
         "requests_per_second": round(got["count"] / (got["last"] - got["first"]), 1),
         "cpu_ms_per_request": round(cpu * 1000 / count, 3),
+        "neighbours_cpu_ms_per_request": others,
     }
 
 
