@@ -281,12 +281,17 @@ def versions(dsn: str) -> dict[str, str]:
         return {row[0]: row[1] for row in conn.execute("SELECT id, xmin::text FROM scheduler.tasks")}
 
 
-async def test_noop_apply_does_not_seal_rows(store: Store, dsn: str, tmp_path: Path) -> None:
-    root = tmp_path / "tasks.d"
+async def applied_by_an_older_reconciler(store: Store, dsn: str, root: Path) -> None:
+    """FILES applied, then their rows stripped of file_digest, as an older reconciler left them."""
     for task_id, text in FILES.items():
         write(root, task_id, text)
     await apply_files(store, root)
     sql(dsn, "UPDATE scheduler.tasks SET file_digest = NULL")
+
+
+async def test_noop_apply_does_not_seal_rows(store: Store, dsn: str, tmp_path: Path) -> None:
+    root = tmp_path / "tasks.d"
+    await applied_by_an_older_reconciler(store, dsn, root)
     before = versions(dsn)
     assert await apply_files(store, root) == 0
     assert versions(dsn) == before  # no row written: a plan saved before stays valid
@@ -295,10 +300,7 @@ async def test_noop_apply_does_not_seal_rows(store: Store, dsn: str, tmp_path: P
 
 async def test_writing_apply_seals_the_unchanged_rows(store: Store, dsn: str, tmp_path: Path) -> None:
     root = tmp_path / "tasks.d"
-    for task_id, text in FILES.items():
-        write(root, task_id, text)
-    await apply_files(store, root)
-    sql(dsn, "UPDATE scheduler.tasks SET file_digest = NULL")
+    await applied_by_an_older_reconciler(store, dsn, root)
     write(root, "a", cron("30 * * * *"))
     assert await apply_files(store, root) == 1
     assert standing(await same_plan(store, root)) == ALL
