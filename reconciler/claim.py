@@ -210,13 +210,15 @@ class Claimer:
         self.batch = batch
         self.sources = sources
         self.lease_margin = lease_margin
-        self._compiled: dict[str, tuple[str, TaskSpec, Schedule]] = {}  # task id → (spec hash, spec, schedule)
+        # task id → (spec hash, spec text, spec, schedule): the text, not the hash, decides whether the
+        # cached spec is the row's (a hand edit of `spec` alone changes no hash).
+        self._compiled: dict[str, tuple[str, str, TaskSpec, Schedule]] = {}
         self._schedules: dict[str, SharedSchedule] = {}  # schedule_key → the schedule its tasks share
 
     def _compile(self, task_id: str, spec_hash: str, spec_text: str) -> tuple[TaskSpec, Schedule]:
         """The task's spec and schedule, validated once per spec hash (a changed task replaces its entry)."""
         cached = self._compiled.get(task_id)
-        if cached is None or cached[0] != spec_hash:
+        if cached is None or cached[1] != spec_text:
             spec = TaskSpec.model_validate_json(spec_text)
             if cached is None and len(self._compiled) >= MAX_COMPILED:
                 for old in list(self._compiled)[: MAX_COMPILED // 2]:  # the oldest half: recompiled when due
@@ -227,8 +229,8 @@ class Claimer:
                 if len(self._schedules) >= MAX_COMPILED:
                     self._schedules.clear()
                 shared = self._schedules[key] = SharedSchedule(compile_schedule(spec))
-            cached = self._compiled[task_id] = (spec_hash, spec, shared)
-        return cached[1], cached[2]
+            cached = self._compiled[task_id] = (spec_hash, spec_text, spec, shared)
+        return cached[2], cached[3]
 
     async def warm(self, until: datetime, budget: float) -> int:
         """Validate ahead, in idle time, the specs of tasks due before `until` that are not compiled yet,
@@ -248,14 +250,14 @@ class Claimer:
                 await asyncio.sleep(0)  # runs in flight go on meanwhile
         return len(rows)
 
-    async def claim(self, now: datetime) -> Report:
+    async def claim(self, now: datetime, limit: int | None = None) -> Report:
         """One transaction: record the due occurrences and queued manual runs, take leases, advance.
 
         Its statements go in four round trips (Store.pipelined): what is due; the task locks and
         their leases; the run rows; the leases and the next run times."""
         started = time.perf_counter()
         report = Report()
-        scope = {"now": now, "batch": self.batch, "sources": list(self.sources)}
+        scope = {"now": now, "batch": limit or self.batch, "sources": list(self.sources)}
         async with self.store.transaction() as conn:
             lost, due, queued = await Store.pipelined(
                 conn, [("runs_mark_lost", {"now": now}), ("claim_due", scope), ("claim_queued", scope)]

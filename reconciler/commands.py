@@ -23,7 +23,7 @@ from reconciler import render
 from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
 from reconciler.environment import EnvPolicy, globs, policy_errors
-from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UserError
+from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, DatabaseUnavailable, UserError
 from reconciler.loader import LoadResult, fire_warnings, load_dir
 from reconciler.models import year_problem
 from reconciler.revision import detect
@@ -117,11 +117,15 @@ def with_store(
     return asyncio.run(run())
 
 
-def write_out(text: str, out: str | None) -> None:
-    if out:
-        Path(out).write_text(text + "\n")
-    else:
-        print(text)
+def files_first(args: argparse.Namespace, run: Callable[[], T]) -> T | None:
+    """`run` (plan or apply: the database is read before the files are parsed); when the database
+    cannot be reached, the files are parsed in full so that their errors come first (None)."""
+    try:
+        return run()
+    except DatabaseUnavailable:
+        if load_or_report(args) is None:
+            return None
+        raise
 
 
 def show_plan(plan: Plan, fmt: str, no_color: bool = False) -> str:
@@ -163,7 +167,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             return None
         return await read_plan(store, loaded.tasks, args.source, utcnow(), options)
 
-    plan = with_store(args, work, init=False)
+    plan = files_first(args, lambda: with_store(args, work, init=False))
     if plan is None:
         return EXIT_ERROR
     if args.out and not plan.refused:
@@ -218,7 +222,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK
 
-    return with_store(args, work, init=False)
+    code = files_first(args, lambda: with_store(args, work, init=False))
+    return EXIT_ERROR if code is None else code
 
 
 async def apply_files(store: Store, args: argparse.Namespace) -> None:

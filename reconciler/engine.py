@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -82,14 +83,15 @@ class Engine:
         self.ready = False  # a claim has succeeded (for /readyz)
         self.hurry = asyncio.Event()  # a second Ctrl-C: stop draining, leave in-flight runs to their leases
         self._slot_freed = asyncio.Event()  # runs in flight have finished: room to claim again
-        # Claim while fewer runs than this are in flight: a batch still waits for slots while the
-        # next claim runs (under load a claim takes longer than firing a few hundred runs).
-        self._claim_below = config.concurrency + config.batch
+        self._finished = 0  # runs finished since start, for the pace
+        self._pace = 0.0  # runs finished per second, smoothed
+        self._paced_at = (time.monotonic(), 0)
+        self._claim_seconds = 0.0  # how long a claim takes, smoothed
         self.observers: list[Observer] = []
 
-    async def claim(self, now: datetime) -> Report:
-        """One claim transaction (see claim.py); observers are told."""
-        report = await self.claimer.claim(now)
+    async def claim(self, now: datetime, limit: int | None = None) -> Report:
+        """One claim transaction (see claim.py) of at most `limit` due tasks (default --batch); observers are told."""
+        report = await self.claimer.claim(now, limit)
         self.ready = True
         for observer in self.observers:
             observer.claimed(report, report.seconds)
@@ -215,8 +217,27 @@ class Engine:
 
     def _landed(self, task: asyncio.Task[Outcome | None]) -> None:
         self.inflight.discard(task)
-        if len(self.inflight) <= self._claim_below - max(1, self.config.batch // 2):
-            self._slot_freed.set()  # room for half a batch: not a wake-up per finished run
+        self._finished += 1
+        if self.claim_room() >= max(1, min(self.config.batch, self.config.concurrency) // 2):
+            self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
+
+    def claim_room(self) -> int:
+        """How many due tasks a claim may take now: the free slots, plus a queue that lasts about two
+        claims at the current pace (at least --concurrency, at most --batch). Runs waiting out a
+        backoff or jitter hold no slot and are not counted. A deeper queue would make runs wait
+        for a slot past their lease, and keep due tasks from replicas with free slots."""
+        config = self.config
+        ahead = min(config.batch, max(config.concurrency, math.ceil(2 * self._pace * self._claim_seconds)))
+        return config.concurrency + ahead - (len(self.inflight) - self.firer.resting)
+
+    def _measure(self, report: Report) -> None:
+        """Smooth the pace of finished runs and the claim's duration (for claim_room)."""
+        self._claim_seconds = 0.7 * self._claim_seconds + 0.3 * report.seconds
+        at, finished = self._paced_at
+        elapsed = time.monotonic() - at
+        if elapsed >= 0.5:
+            self._pace = 0.5 * self._pace + 0.5 * (self._finished - finished) / elapsed
+            self._paced_at = (time.monotonic(), self._finished)
 
     async def _execute_safely(self, claimed: Claimed) -> Outcome | None:
         try:
@@ -242,20 +263,22 @@ class Engine:
                 if time.monotonic() - last_prune >= self.config.prune_seconds:
                     last_prune = time.monotonic()
                     await self.prune_safely(now)
-                if len(self.inflight) >= self._claim_below:
+                limit = min(self.config.batch, self.claim_room())
+                if limit <= 0:
                     # An event, not asyncio.wait(inflight): that adds and removes a callback on every
-                    # run in flight each time one lands.
+                    # run in flight each time one lands. The timeout notices runs going into backoff.
                     self._slot_freed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)
                     continue
                 if self.results.pending:
                     await self.results.flush()  # free finished runs' leases first, or the claim skips their next run
-                report = await self.claim(now)
+                report = await self.claim(now, limit)
+                self._measure(report)
                 for claimed in report.runs:
                     self._spawn(claimed)
                 backoff = 0.5
-                if report.claimed_tasks >= self.config.batch:
+                if report.claimed_tasks >= limit:
                     continue  # more is due right now
                 await self._wait(listener, await self._warm_then_sleep(), stop)
             except Exception as exc:  # the database away, or a bug: log, back off, go on; never exit

@@ -605,7 +605,10 @@ def parser_key() -> bytes:
     # croniter has no __version__, and importlib.metadata costs `validate` 40 ms to import: its code stands in.
     cron_file = sys.modules[croniter.__module__].__file__
     cron_code = hashlib.sha256(Path(cron_file).read_bytes()).hexdigest() if cron_file else "unknown"
-    parts = [f"reconciler {__version__} parser {PARSER_VERSION}", f"python {sys.version}"]
+    # The package's own code, every module: a change that forgets PARSER_VERSION still re-parses.
+    package = Path(__file__).parent
+    code = hashlib.sha256(b"".join(path.read_bytes() for path in sorted(package.glob("*.py")))).hexdigest()
+    parts = [f"reconciler {__version__} parser {PARSER_VERSION} code {code}", f"python {sys.version}"]
     parts += [f"pydantic {pydantic.VERSION}", f"croniter {cron_code}"]
     for folder in zoneinfo.TZPATH:  # the first folder with an index names the system's tz data version
         index = Path(folder, "tzdata.zi")

@@ -245,6 +245,7 @@ class Firer:
         self.policy = policy or EnvPolicy()
         self.tokens = TokenCache(self)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self.resting = 0  # runs waiting out a jitter or backoff (they hold no slot)
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -367,7 +368,7 @@ class Firer:
         key = key or idempotency_key(task_id, scheduled_for)
         delay = jitter_seconds(key, spec.policy.jitter_seconds)
         if delay:
-            await self.sleep(delay)
+            await self._rest(delay)
         outcome = Outcome("failed")
         for number in range(1, spec.policy.retries + 2):
             async with self.slots:
@@ -388,8 +389,16 @@ class Firer:
             if deadline is not None and time.monotonic() + wait >= deadline:
                 attempt.error = f"{attempt.error}; not retried: waiting {wait:g} s would outlive the run's lease"
                 break
-            await self.sleep(wait)
+            await self._rest(wait)
         return outcome
+
+    async def _rest(self, seconds: float) -> None:
+        """A jitter or backoff wait: it holds no slot, and `resting` counts the runs in one."""
+        self.resting += 1
+        try:
+            await self.sleep(seconds)
+        finally:
+            self.resting -= 1
 
 
 def lease_seconds(spec: TaskSpec, margin: float = 30.0) -> float:

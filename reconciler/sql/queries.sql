@@ -72,10 +72,12 @@ SELECT t.id, f.digest, t.spec_hash, (t.spec ->> 'enabled')::boolean AS enabled, 
 
 -- name: tasks_seal
 -- Rows an apply found equal to their file but without its digest (written by an older reconciler,
--- or before a parser change) get it; only those: a row already sealed is not rewritten.
+-- or before a parser change) get it; only those: a row already sealed is not rewritten, and a
+-- spec edited by hand since the plan read it (spec_digest no longer matches) is not sealed.
 UPDATE scheduler.tasks t SET file_digest = md5(f.digest || t.spec_hash || t.spec::text)
   FROM jsonb_each_text(%(digests)s) AS f(id, digest)
- WHERE t.id = f.id AND t.file_digest IS DISTINCT FROM md5(f.digest || t.spec_hash || t.spec::text);
+ WHERE t.id = f.id AND t.file_digest IS DISTINCT FROM md5(f.digest || t.spec_hash || t.spec::text)
+   AND t.spec_digest = md5(t.spec::text);
 
 -- name: runs_move
 UPDATE scheduler.runs SET task_id = %(id)s WHERE task_id = %(old_id)s;

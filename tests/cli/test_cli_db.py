@@ -110,6 +110,15 @@ def test_bad_dsn_is_one_line(tmp_path: Path) -> None:
     assert "topsecret" not in done.stderr
 
 
+def test_file_errors_come_before_an_unreachable_database(tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    (cwd / "tasks.d" / "broken.toml").write_text("x = \n")
+    for command in ("plan", "apply"):
+        done = run("--dsn", "postgresql://u@127.0.0.1:1/x?connect_timeout=2", command, cwd=cwd)
+        assert done.returncode == 1
+        assert "tasks.d/broken.toml:1" in done.stderr and "cannot connect" not in done.stderr, done.stderr
+
+
 def test_db_init_twice(dsn: str, tmp_path: Path) -> None:
     assert run("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0
     assert run("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -465,3 +465,55 @@ async def test_idle_time_validates_soon_due_specs_and_a_changed_spec_still_wins(
     report = await engine.run_once(NOW + timedelta(minutes=5))
     assert (report.fired, report.succeeded) == (1, 1)
     assert [r.path for r in rec.requests] == ["/new"]
+
+
+def every_second(url: str, policy: str = "") -> str:
+    return f'[trigger]\nkind = "interval"\nevery = "1s"\n[target]\nurl = "{url}"\n[policy]\n{policy}\n'
+
+
+async def test_runs_waiting_out_a_backoff_do_not_stop_the_claims(
+    store: Store, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/flaky", statuses=[500])
+    retrying = "retries = 2\nretry_backoff_seconds = 60"
+    files = {"r1": every_second(f"{url}/flaky", retrying), "r2": every_second(f"{url}/flaky", retrying)}
+    await setup(store, tmp_path, {**files, "ok": every_second(f"{url}/ok")}, now=datetime.now(UTC))
+    firer = Firer(concurrency=1)
+    engine = Engine(store, EngineConfig("backoff", batch=1, concurrency=1, max_sleep=0.2), firer)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(engine.serve(stop))
+    try:
+        # Both flaky runs sit in a 60 s backoff holding no slot: the one slot keeps firing `ok`.
+        assert await async_wait_until(lambda: len(rec.paths("/flaky")) == 2 and len(rec.paths("/ok")) >= 3, 60)
+        assert firer.resting == 2
+    finally:
+        engine.hurry.set()
+        stop.set()
+        await serving
+
+
+async def test_a_claim_takes_no_more_than_the_engine_can_start_soon(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, _ = http
+    await setup(store, tmp_path, {f"t{i:02d}": cron(f"{url}/t{i}") for i in range(20)})
+    engine = Engine(store, EngineConfig("small", batch=10, concurrency=2), Firer(concurrency=2))
+    assert engine.claim_room() == 4  # 2 slots and a queue of 2: a batch of 10 would wait past its leases
+    report = await engine.claim(NOW + timedelta(minutes=5), engine.claim_room())
+    assert (report.claimed_tasks, len(report.runs)) == (4, 4)
+    assert len(runs(dsn)) == 4  # the other 16 stay due, for this engine's next claim or another replica
+    await engine.firer.close()
+
+
+async def test_a_spec_edited_by_hand_fires_as_edited_at_once(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/before")})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the hash column untouched: only the text changed
+        conn.execute("UPDATE scheduler.tasks SET spec = jsonb_set(spec, '{target,url}', %s::jsonb)",
+                     (f'"{url}/after"',))  # fmt: skip
+    await engine.run_once(NOW + timedelta(minutes=10))
+    assert [r.path for r in rec.requests] == ["/before", "/after"]
