@@ -222,12 +222,13 @@ class Engine:
             self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
 
     def claim_room(self) -> int:
-        """How many due tasks a claim may take now: the free slots, plus a queue that lasts about two
-        claims at the current pace (at least --concurrency, at most --batch). Runs waiting out a
-        backoff or jitter hold no slot and are not counted. A deeper queue would make runs wait
-        for a slot past their lease, and keep due tasks from replicas with free slots."""
+        """How many due tasks a claim may take now: the free slots, plus a queue that lasts about four
+        claims at the current pace (a claim's time varies threefold under load), at least --concurrency
+        and at most --batch. Runs waiting out a backoff or jitter hold no slot and are not counted.
+        A deeper queue would make runs wait for a slot past their lease, and keep due tasks from
+        replicas with free slots."""
         config = self.config
-        ahead = min(config.batch, max(config.concurrency, math.ceil(2 * self._pace * self._claim_seconds)))
+        ahead = min(config.batch, max(config.concurrency, math.ceil(4 * self._pace * self._claim_seconds)))
         return config.concurrency + ahead - (len(self.inflight) - self.firer.resting)
 
     def _measure(self, report: Report) -> None:
