@@ -200,7 +200,7 @@ def lease_seconds(spec: TaskSpec, margin: float = 30.0) -> float:
 
 
 class Claimer:
-    """Runs the claim transaction for one engine; caches compiled specs by (task id, spec hash)."""
+    """Runs the claim transaction for one engine; caches each task's compiled spec by its stored text."""
 
     def __init__(
         self, store: Store, engine_id: str, batch: int, sources: tuple[str, ...] = (), lease_margin: float = 30.0
@@ -216,7 +216,7 @@ class Claimer:
         self._schedules: dict[str, SharedSchedule] = {}  # schedule_key → the schedule its tasks share
 
     def _compile(self, task_id: str, spec_hash: str, spec_text: str) -> tuple[TaskSpec, Schedule]:
-        """The task's spec and schedule, validated once per spec hash (a changed task replaces its entry)."""
+        """The task's spec and schedule, validated once per stored text (a changed task replaces its entry)."""
         cached = self._compiled.get(task_id)
         if cached is None or cached[1] != spec_text:
             spec = TaskSpec.model_validate_json(spec_text)

@@ -117,11 +117,18 @@ def with_store(
     return asyncio.run(run())
 
 
-def files_first(args: argparse.Namespace, run: Callable[[], T]) -> T | None:
-    """`run` (plan or apply: the database is read before the files are parsed); when the database
-    cannot be reached, the files are parsed in full so that their errors come first (None)."""
+def with_files(args: argparse.Namespace, work: Callable[[Store, LoadResult], Awaitable[T]]) -> T | None:
+    """`work` on the store and the task files, for plan and apply. The database is read first: the
+    files unchanged since they were applied are not parsed again. Errors in the files are reported
+    and give None, before an unreachable database too (every file is parsed then)."""
+    from reconciler.apply import load_files
+
+    async def run(store: Store) -> T | None:
+        loaded = load_or_report(args, await load_files(store, Path(args.tasks_dir), args.tasks_dir))
+        return None if loaded is None else await work(store, loaded)
+
     try:
-        return run()
+        return with_store(args, run, init=False)
     except DatabaseUnavailable:
         if load_or_report(args) is None:
             return None
@@ -156,18 +163,14 @@ def verdict_options(args: argparse.Namespace, saved: dict[str, Any] | None = Non
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from reconciler import planview
-    from reconciler.apply import load_files, read_plan
+    from reconciler.apply import read_plan
 
     options = verdict_options(args)
 
-    async def work(store: Store) -> Plan | None:
-        # The database first: the files unchanged since they were applied are not parsed again.
-        loaded = load_or_report(args, await load_files(store, Path(args.tasks_dir), args.tasks_dir))
-        if loaded is None:
-            return None
+    async def work(store: Store, loaded: LoadResult) -> Plan:
         return await read_plan(store, loaded.tasks, args.source, utcnow(), options)
 
-    plan = files_first(args, lambda: with_store(args, work, init=False))
+    plan = with_files(args, work)
     if plan is None:
         return EXIT_ERROR
     if args.out and not plan.refused:
@@ -205,15 +208,11 @@ def read_saved_plan(path: str, source: str) -> dict[str, Any]:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from reconciler import planview
-    from reconciler.apply import apply_tasks, load_files
+    from reconciler.apply import apply_tasks
 
     saved = read_saved_plan(args.planfile, args.source) if args.planfile else None
 
-    async def work(store: Store) -> int:
-        # The database first: the files unchanged since they were applied are not parsed again.
-        loaded = load_or_report(args, await load_files(store, Path(args.tasks_dir), args.tasks_dir))
-        if loaded is None:
-            return EXIT_ERROR
+    async def work(store: Store, loaded: LoadResult) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
         # Only apply records a revision; plan needs none, so it runs no `git log`.
         options = replace(verdict_options(args, saved), revision=detect(Path(args.tasks_dir), args.revision))
@@ -222,7 +221,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK
 
-    code = files_first(args, lambda: with_store(args, work, init=False))
+    code = with_files(args, work)
     return EXIT_ERROR if code is None else code
 
 

@@ -98,7 +98,7 @@ class Task:
         task, _ = load_text(self.id, self.path, self.source)
         if task is None or task.spec_hash != self.stored.spec_hash:
             # The file parsed differently when it was applied, under the same parser_key(): a change
-            # to the models, the loader or the triggers that did not bump PARSER_VERSION.
+            # outside what the key covers (the package's code and the listed versions) needs PARSER_VERSION.
             raise RuntimeError(f"{self.path} no longer parses as it did when applied; bump PARSER_VERSION")
         return task._validated
 
