@@ -52,6 +52,12 @@ def utc_text(moment: datetime | None) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
+def utc_iso(moment: datetime) -> str:
+    """`2026-12-03T09:55:00+00:00`: an instant in a header or a JSON log field."""
+    return moment.astimezone(UTC).isoformat()
+
+
+@functools.lru_cache(maxsize=4096)
 def utc_stamp(moment: datetime) -> str:
     """`2026-12-03T09:55:00Z`: an instant inside an identifier (the Idempotency-Key)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

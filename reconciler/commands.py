@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from reconciler import render
 from reconciler.clock import utcnow
 from reconciler.embedded import resolve_dsn
-from reconciler.environment import EnvPolicy, globs, policy_errors
+from reconciler.environment import EnvPolicy, globs, policy_errors, unset_errors
 from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, DatabaseUnavailable, UserError
 from reconciler.loader import LoadResult, fire_warnings, load_dir
 from reconciler.models import year_problem
@@ -74,13 +75,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     warnings = fire_warnings(result.tasks, utcnow())
     for warning in warnings:
         err(str(warning))
-    if args.env_policy:
-        problems = policy_errors(result.tasks, EnvPolicy(globs(args.allow_env)))
-        for problem in problems:
-            err(str(problem))
-        if problems:
-            err(f"{len(problems)} error(s) in {args.tasks_dir}: variables the engines will not let tasks read")
-            return EXIT_ERROR
+    problems = policy_errors(result.tasks, EnvPolicy(globs(args.allow_env))) if args.env_policy else []
+    missing = unset_errors(result.tasks, os.environ) if args.check_env else []
+    for problem in sorted(problems + missing, key=lambda e: (e.path, e.line)):
+        err(str(problem))
+    if problems:
+        err(f"{len(problems)} error(s) in {args.tasks_dir}: variables the engines will not let tasks read")
+    if missing:
+        err(f"{len(missing)} error(s) in {args.tasks_dir}: variables not set in this environment")
+    if problems or missing:
+        return EXIT_ERROR
     noted = f" ({len(warnings)} warning(s) on stderr)" if warnings else ""
     print(f"{len(result.tasks)} task file(s) in {args.tasks_dir} are valid{noted}")
     return EXIT_OK
@@ -306,13 +310,16 @@ def stop_on_signals(engine: Engine | None = None, say: Callable[[str], None] | N
             stop.set()
         elif not stop.is_set():
             stop.set()
+            if not engine.in_flight:
+                tell("stopping: no run in flight")
+                return
             tell(
-                f"draining {len(engine.inflight)} run(s) (up to {engine.config.drain_seconds:g} s); "
+                f"draining {engine.in_flight} run(s) (up to {engine.config.drain_seconds:g} s); "
                 f"{again} again to stop now"
             )
         elif not engine.hurry.is_set():
             engine.hurry.set()
-            tell(f"stopping now, {len(engine.inflight)} run(s) in flight")
+            tell(f"stopping now, {engine.in_flight} run(s) in flight")
 
     loop.add_signal_handler(signal.SIGTERM, signalled, "SIGTERM")
     loop.add_signal_handler(signal.SIGINT, signalled, "Ctrl-C")

@@ -99,7 +99,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
 class RunPrinter:
     """Engine observer for `up`: one line per run on stdout."""
 
-    def claimed(self, report: Report, seconds: float) -> None:
+    def claimed(self, report: Report) -> None:
         for item in report.recorded:
             detail = (item.error or "").removeprefix(f"{item.status}: ")  # `skipped (skipped: …)` says it twice
             self._line(item.task_id, utc_text(item.scheduled_for), item.status, detail)

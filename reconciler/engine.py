@@ -13,14 +13,15 @@ import math
 import os
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
 
 from reconciler.claim import Claimed, Claimer, Report
-from reconciler.clock import SYSTEM, Clock, utc_text
+from reconciler.clock import SYSTEM, Clock, utc_iso, utc_text
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
 from reconciler.results import DB_FAULTS, Results, attempt_params
@@ -66,7 +67,7 @@ def default_engine_id() -> str:
 class Observer(Protocol):
     """Told of every claim and every finished run (metrics, `up`'s run lines)."""
 
-    def claimed(self, report: Report, seconds: float) -> None: ...
+    def claimed(self, report: Report) -> None: ...
 
     def finished(self, claimed: Claimed, outcome: Outcome) -> None: ...
 
@@ -79,22 +80,27 @@ class Engine:
         self.clock = clock
         self.claimer = Claimer(store, config.engine_id, config.batch, config.sources, config.lease_margin)
         self.results = Results(store)
-        self.inflight: set[asyncio.Task[Outcome | None]] = set()
+        # Claimed runs wait in `queue` for one of at most --concurrency workers, each of which fires
+        # run after run with no task, callback or semaphore wait per run (see _worker).
+        self.queue: deque[Claimed] = deque()
+        self.workers: set[asyncio.Task[None]] = set()
+        self.running = 0  # runs a worker has taken and not finished (those resting included)
+        self.firer.on_rest = self._fill
         self.ready = False  # a claim has succeeded (for /readyz)
         self.hurry = asyncio.Event()  # a second Ctrl-C: stop draining, leave in-flight runs to their leases
         self._slot_freed = asyncio.Event()  # runs in flight have finished: room to claim again
-        self._finished = 0  # runs finished since start, for the pace
-        self._pace = 0.0  # runs finished per second, smoothed
-        self._paced_at = (time.monotonic(), 0)
+        self._pace = 0.0  # attempts per second the slots sustain when kept busy, smoothed
+        self._paced_at = (0, 0.0)  # (Firer.sent, Firer.slot_seconds) when the pace was last measured
         self._claim_seconds = 0.0  # how long a claim takes, smoothed
+        self._claim_at = max(1, min(config.batch, config.concurrency) // 2)  # the room that wakes a claim
         self.observers: list[Observer] = []
 
     async def claim(self, now: datetime, limit: int | None = None) -> Report:
         """One claim transaction (see claim.py) of at most `limit` due tasks (default --batch); observers are told."""
-        report = await self.claimer.claim(now, limit)
+        report = await self.claimer.claim(now, limit, self.results.finished())
         self.ready = True
         for observer in self.observers:
-            observer.claimed(report, report.seconds)
+            observer.claimed(report)
         return report
 
     # ------------------------------------------------------------ fire
@@ -133,7 +139,7 @@ class Engine:
             extra={
                 "fields": {
                     "task_id": claimed.task_id,
-                    "scheduled_for": claimed.scheduled_for.astimezone(UTC).isoformat(),
+                    "scheduled_for": utc_iso(claimed.scheduled_for),
                     "run_id": claimed.run_id,
                     "kind": claimed.kind,
                     "status": outcome.status,
@@ -210,35 +216,65 @@ class Engine:
 
     # ------------------------------------------------------------ serve
 
-    def _spawn(self, claimed: Claimed) -> None:
-        task: asyncio.Task[Outcome | None] = asyncio.create_task(self._execute_safely(claimed))
-        self.inflight.add(task)
-        task.add_done_callback(self._landed)
+    @property
+    def in_flight(self) -> int:
+        """Claimed runs not finished: queued for a worker, firing, or resting between attempts."""
+        return len(self.queue) + self.running
 
-    def _landed(self, task: asyncio.Task[Outcome | None]) -> None:
-        self.inflight.discard(task)
-        self._finished += 1
-        if self.claim_room() >= max(1, min(self.config.batch, self.config.concurrency) // 2):
-            self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
+    def _fill(self) -> None:
+        """Start workers for the queue, up to --concurrency not resting (a run waiting out a backoff
+        or jitter holds its worker, but no slot: another worker takes its place)."""
+        active = len(self.workers) - self.firer.resting
+        for _ in range(min(len(self.queue), self.config.concurrency - active)):
+            worker = asyncio.create_task(self._worker())
+            self.workers.add(worker)
+            worker.add_done_callback(self.workers.discard)
 
-    def claim_room(self) -> int:
-        """How many due tasks a claim may take now: the free slots, plus a queue that lasts about four
-        claims at the current pace (a claim's time varies threefold under load), at least --concurrency
-        and at most --batch. Runs waiting out a backoff or jitter hold no slot and are not counted.
+    async def _worker(self) -> None:
+        """Fire queued runs one after another until the queue is empty, or until a run back from its
+        rest makes one worker too many."""
+        try:
+            while self.queue and len(self.workers) - self.firer.resting <= self.config.concurrency:
+                claimed = self.queue.popleft()
+                self.running += 1
+                try:
+                    await self._execute_safely(claimed)
+                finally:
+                    self.running -= 1
+                if self.claim_room() >= self._claim_at:
+                    self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
+        finally:
+            # At once, not by the done callback a loop turn later: the next worker to decide
+            # whether it is one too many must not count this one.
+            self.workers.discard(asyncio.current_task())
+
+    def _ahead(self) -> int:
+        """How many claimed runs may wait for a slot: about four claims' worth at the pace the slots
+        sustain (a claim's time varies threefold under load), at least --concurrency, at most --batch.
         A deeper queue would make runs wait for a slot past their lease, and keep due tasks from
         replicas with free slots."""
         config = self.config
-        ahead = min(config.batch, max(config.concurrency, math.ceil(4 * self._pace * self._claim_seconds)))
-        return config.concurrency + ahead - (len(self.inflight) - self.firer.resting)
+        return min(config.batch, max(config.concurrency, math.ceil(4 * self._pace * self._claim_seconds)))
+
+    def claim_room(self) -> int:
+        """How many due tasks a claim may take now: the free slots plus the queue (`_ahead`), less
+        the runs in flight. Runs waiting out a backoff or jitter hold no slot and are not counted."""
+        return self.config.concurrency + self._ahead() - (self.in_flight - self.firer.resting)
 
     def _measure(self, report: Report) -> None:
-        """Smooth the pace of finished runs and the claim's duration (for claim_room)."""
+        """Smooth the claim's duration and the pace (for claim_room), and when to claim again.
+
+        The pace is what the slots sustain when kept busy (Little's law: --concurrency over the mean
+        time an attempt holds its slot), not the rate runs finished: a starved engine would measure
+        its own starvation and keep its queue short."""
         self._claim_seconds = 0.7 * self._claim_seconds + 0.3 * report.seconds
-        at, finished = self._paced_at
-        elapsed = time.monotonic() - at
-        if elapsed >= 0.5:
-            self._pace = 0.5 * self._pace + 0.5 * (self._finished - finished) / elapsed
-            self._paced_at = (time.monotonic(), self._finished)
+        sent, held = self._paced_at
+        if self.firer.sent - sent >= 20:
+            pace = self.config.concurrency * (self.firer.sent - sent) / max(self.firer.slot_seconds - held, 1e-6)
+            self._pace = pace if not self._pace else 0.5 * self._pace + 0.5 * pace
+            self._paced_at = (self.firer.sent, self.firer.slot_seconds)
+        # Claim again once a quarter of the queue (or half the slots) is free: no claim per finished run.
+        self._claim_at = max(1, min(self.config.batch, self.config.concurrency) // 2, self._ahead() // 4)
 
     async def _execute_safely(self, claimed: Claimed) -> Outcome | None:
         try:
@@ -252,7 +288,7 @@ class Engine:
         listener: psycopg.AsyncConnection[Any] | None = None
         backoff = 0.5
         last_beat = last_prune = 0.0
-        flusher = asyncio.create_task(self.results.writer(lambda: stop.is_set() and not self.inflight))
+        flusher = asyncio.create_task(self.results.writer(lambda: stop.is_set() and not self.in_flight))
         while not stop.is_set():
             try:
                 if listener is None:
@@ -266,18 +302,16 @@ class Engine:
                     await self.prune_safely(now)
                 limit = min(self.config.batch, self.claim_room())
                 if limit <= 0:
-                    # An event, not asyncio.wait(inflight): that adds and removes a callback on every
-                    # run in flight each time one lands. The timeout notices runs going into backoff.
+                    # Workers set the event when there is room; the timeout is a safety net.
+                    self._fill()  # a worker whose run came back from a rest may have stepped down
                     self._slot_freed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)
                     continue
-                if self.results.pending:
-                    await self.results.flush()  # free finished runs' leases first, or the claim skips their next run
                 report = await self.claim(now, limit)
                 self._measure(report)
-                for claimed in report.runs:
-                    self._spawn(claimed)
+                self.queue.extend(report.runs)
+                self._fill()
                 backoff = 0.5
                 if report.claimed_tasks >= limit:
                     continue  # more is due right now
@@ -333,14 +367,16 @@ class Engine:
         """Let in-flight runs finish (bounded, cut short by `hurry`), write their results (bounded), say goodbye."""
         hurry = asyncio.create_task(self.hurry.wait())
         deadline = time.monotonic() + self.config.drain_seconds
-        while self.inflight and not self.hurry.is_set() and time.monotonic() < deadline:
-            waiting = {*self.inflight, hurry}
+        while self.workers and not self.hurry.is_set() and time.monotonic() < deadline:
+            waiting = {*self.workers, hurry}
             await asyncio.wait(waiting, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED)
-        left = list(self.inflight)
-        for task in left:  # stopped now: these runs end `lost` when their leases expire
-            task.cancel()
+        left = self.in_flight
+        self.queue.clear()  # stopped now: these runs, and those cut off below, end `lost` when their leases expire
+        for worker in list(self.workers):
+            worker.cancel()
+        await asyncio.gather(*self.workers, return_exceptions=True)
         if left:
-            log.warning("stopped with %d run(s) in flight; they are recorded lost when their leases expire", len(left))
+            log.warning("stopped with %d run(s) in flight; they are recorded lost when their leases expire", left)
         self.results.wake()
         try:
             await asyncio.wait_for(

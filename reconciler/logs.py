@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +28,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """`asctime level logger: message`; the time text is made once per second, not per record
+    (the engine logs every run)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second = int(record.created)
+        if second != self._second[0]:
+            self._second = (second, time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created)))
+        return f"{self._second[1]},{int(record.msecs):03d}"
+
+
 def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     """Route every logger (ours at `level`, libraries' warnings) to stderr in one format.
 
@@ -40,7 +56,7 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

@@ -54,8 +54,8 @@ class EngineMetrics:
         self.up.set(1)
         self._claimed_by: dict[int, str] = {}
 
-    def claimed(self, report: Report, seconds: float) -> None:
-        self.claim_seconds.observe(seconds)
+    def claimed(self, report: Report) -> None:
+        self.claim_seconds.observe(report.seconds)
         self.leases.inc(len(report.runs))
         for item in report.recorded:
             self.runs.labels(item.task_id, item.status).inc()

@@ -6,6 +6,7 @@ task's local time where that differs (when_text); json keeps ISO 8601 with an of
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -28,15 +29,7 @@ def describe_trigger(spec: TaskSpec) -> str:
     """A plain-English description of a task's schedule (24-hour clock, intervals in words)."""
     trigger = spec.trigger
     if trigger.kind == "cron":
-        try:
-            from cron_descriptor import Options, get_description
-
-            # English and a 24-hour clock whatever the machine's locale, like every timestamp next to it.
-            options = Options(use_24hour_time_format=True, locale_code="en_US")
-            text = str(get_description(" ".join(trigger.fields), options))
-        except Exception:  # cron-descriptor rejects some valid croniter syntax; fall back to the raw text
-            text = f"cron {trigger.expr}"
-        return f"{text} ({spec.timezone})"
+        return f"{cron_words(' '.join(trigger.fields), trigger.expr)} ({spec.timezone})"
     if trigger.kind == "interval":
         return f"{interval_words(trigger.period_seconds)} (elapsed time)"
     if trigger.kind == "calendar":
@@ -48,6 +41,19 @@ def describe_trigger(spec: TaskSpec) -> str:
     if isinstance(at, datetime) and at.tzinfo is not None:
         return f"once at {when_text(at, ZoneInfo(spec.timezone))}"
     return f"once at {at} ({spec.timezone})"
+
+
+@functools.lru_cache(maxsize=4096)  # a plan of 10,000 creates shares a few dozen expressions
+def cron_words(fields: str, expr: str) -> str:
+    """cron-descriptor's English for five cron fields; `cron EXPR` where it rejects valid croniter syntax."""
+    try:
+        from cron_descriptor import Options, get_description
+
+        # English and a 24-hour clock whatever the machine's locale, like every timestamp next to it.
+        options = Options(use_24hour_time_format=True, locale_code="en_US")
+        return str(get_description(fields, options))
+    except Exception:
+        return f"cron {expr}"
 
 
 def interval_words(seconds: int) -> str:

@@ -53,6 +53,10 @@ class Results:
         self.pending.append(result)
         self._arrived.set()
 
+    def finished(self) -> list[int]:
+        """The run ids of results not written yet (their leases are still in the table)."""
+        return [result["run_id"] for result in self.pending]
+
     def wake(self) -> None:
         """Make the writer loop look again (at shutdown)."""
         self._arrived.set()
@@ -107,8 +111,8 @@ class Results:
             "durations": [r["duration_ms"] for r in rows],
             "excerpts": [r["excerpt"] for r in rows],
         }
-        async with self.store.transaction() as conn:
-            await Store.pipelined(
+        async with self.store.pipelined_transaction() as conn:  # one round trip
+            await Store.send(
                 conn,
                 [
                     ("runs_finish_many", {**run_ids, **columns}),

@@ -223,6 +223,13 @@ class Store:
         async with self.connection() as conn, conn.transaction():
             yield conn
 
+    @asynccontextmanager
+    async def pipelined_transaction(self) -> AsyncIterator[Conn]:
+        """One transaction in pipeline mode: its BEGIN goes with the first statements and its COMMIT
+        with the last (see `send`), so a transaction of n round trips of statements takes n, not n + 2."""
+        async with self.connection() as conn, conn.pipeline(), conn.transaction():
+            yield conn
+
     # ------------------------------------------------------------ generic helpers
 
     @staticmethod
@@ -260,6 +267,14 @@ class Store:
                     await cursor.execute(QUERIES[name], params)
                     cursors.append(cursor)
             return [await c.fetchall() if c.description else [] for c in cursors]
+
+    @staticmethod
+    async def send(conn: Conn, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """The named statements queued in the pipeline of a `pipelined_transaction`, their rows unread:
+        they go, and their errors come back, with the COMMIT."""
+        with _privileges(conn, ", ".join(name for name, _ in statements)):
+            for name, params in statements:
+                await conn.execute(QUERIES[name], params)
 
     @staticmethod
     async def copy(conn: Conn, name: str, rows: Iterable[Sequence[Any]]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import hashlib
 import json
 import os
@@ -20,8 +21,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import yarl
 
-from reconciler.clock import utc_stamp, utcnow
+from reconciler.clock import utc_iso, utc_stamp, utcnow
 from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets
 from reconciler.models import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, TaskSpec
 
@@ -221,6 +223,11 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=4096)  # a target's URL is parsed once, not on every request
+def parsed_url(text: str) -> yarl.URL:
+    return yarl.URL(text)
+
+
 def new_session(connections: int) -> aiohttp.ClientSession:
     """The engine's HTTP client: at most `connections` open, no proxy from the environment, and no
     cookie jar: a cookie one target sets is never sent with another run's request."""
@@ -246,6 +253,9 @@ class Firer:
         self.tokens = TokenCache(self)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self.resting = 0  # runs waiting out a jitter or backoff (they hold no slot)
+        self.on_rest: Callable[[], None] | None = None  # told when a run starts a rest (Engine._fill)
+        self.sent = 0  # attempts made, and the seconds they held their slots: the capacity (see Engine)
+        self.slot_seconds = 0.0
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -271,7 +281,7 @@ class Firer:
             name: header_value(name, value, secrets, f"target.headers.{name}") for name, value in target.headers.items()
         }
         headers["X-Reconciler-Task"] = task_id
-        headers["X-Reconciler-Scheduled-For"] = scheduled_for.astimezone(UTC).isoformat()
+        headers["X-Reconciler-Scheduled-For"] = utc_iso(scheduled_for)
         headers["X-Reconciler-Attempt"] = str(attempt)
         headers["Idempotency-Key"] = key
         auth = target.auth
@@ -310,7 +320,7 @@ class Firer:
         for refresh in (False, True):
             headers = await self._headers(spec, task_id, scheduled_for, key, attempt.attempt, secrets)
             attempt.sent_at = time.time()
-            async with session.request(target.method, target.url, headers=headers, **kwargs) as response:
+            async with session.request(target.method, parsed_url(target.url), headers=headers, **kwargs) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
                 if response.status == 401 and is_oauth and not refresh:
                     # One refresh-and-retry: the cached token may have been revoked early.
@@ -372,11 +382,14 @@ class Firer:
         outcome = Outcome("failed")
         for number in range(1, spec.policy.retries + 2):
             async with self.slots:
-                budget = float("inf") if deadline is None else deadline - time.monotonic()
+                held = time.monotonic()
+                budget = float("inf") if deadline is None else deadline - held
                 if budget > 0:
                     attempt = await self._send(spec, task_id, scheduled_for, key, number, budget)
                 else:
                     attempt = Attempt(number, error="not sent: the run's lease ended while it waited for a free slot")
+                self.sent += 1
+                self.slot_seconds += time.monotonic() - held
             outcome.attempts.append(attempt)
             if on_attempt is not None:
                 await on_attempt(attempt)
@@ -395,6 +408,8 @@ class Firer:
     async def _rest(self, seconds: float) -> None:
         """A jitter or backoff wait: it holds no slot, and `resting` counts the runs in one."""
         self.resting += 1
+        if self.on_rest is not None:
+            self.on_rest()
         try:
             await self.sleep(seconds)
         finally:

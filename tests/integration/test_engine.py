@@ -517,3 +517,22 @@ async def test_a_spec_edited_by_hand_fires_as_edited_at_once(
                      (f'"{url}/after"',))  # fmt: skip
     await engine.run_once(NOW + timedelta(minutes=10))
     assert [r.path for r in rec.requests] == ["/before", "/after"]
+
+
+async def test_a_finished_run_whose_result_is_not_written_yet_holds_no_slot(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    # max_running_instances = 1, and a lease (timeout + margin) that outlasts the 5 minutes to the next run
+    await setup(store, tmp_path, {"a": cron(f"{url}/a", target="timeout_seconds = 600")})
+    first = await engine.claim(NOW + timedelta(minutes=5))
+    [claimed] = first.runs
+    await engine.execute(claimed)  # finished: its result (and lease release) waits in the writer's queue
+    assert engine.results.finished() == [claimed.run_id] and leases(dsn) == 1
+    report = await engine.claim(NOW + timedelta(minutes=10))  # the serve loop claims without flushing first
+    assert (report.fired, report.skipped) == (1, 0)
+    await engine.results.flush()
+    await asyncio.gather(*(engine.execute(c) for c in report.runs))
+    await engine.results.flush()
+    assert [r["status"] for r in runs(dsn)] == ["succeeded", "succeeded"] and leases(dsn) == 0
+    assert len(rec.paths("/a")) == 2
