@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--env-policy", action="store_true", help="also check that every { env = NAME } is one engines let tasks read"
     )
     _allow_env(validate, "with --env-policy: the engines' --allow-env globs (default: all but the engines' own)")
+    validate.add_argument(
+        "--check-env", action="store_true", help="also report every { env = NAME } not set in this environment"
+    )
     nxt = add("next", "commands:cmd_next", "next fire times per task (no database)")
     nxt.add_argument("ids", nargs="*", metavar="ID")
     nxt.add_argument("--count", type=COUNT, default=5)
@@ -234,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for role in ("planner", "applier", "engine"):
         db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
+
+    schema = add("schema", "schemafile:cmd_schema", "print the JSON Schema of task files (for editors and CI)")
+    schema.add_argument("--kind", choices=["task"], default="task", help="the kind of file (default task)")
+    completion = add("completion", "completion:cmd_completion", "print a shell completion script")
+    completion.add_argument("shell", metavar="SHELL", help="bash, zsh or fish")
     return parser
 
 

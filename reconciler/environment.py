@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import quote, quote_plus
@@ -121,12 +121,25 @@ def env_references(spec: TaskSpec) -> list[tuple[str, str]]:
     return found
 
 
-def policy_errors(tasks: Iterable[Task], policy: EnvPolicy) -> list[FileError]:
-    """`validate --env-policy`: every variable a task names that the engine would not let it read."""
+def reference_errors(tasks: Iterable[Task], problem: Callable[[str], str | None]) -> list[FileError]:
+    """An error at every `{ env = NAME }` of the tasks whose NAME `problem` finds fault with."""
     errors = []
     for task in tasks:
         for key, name in env_references(task.spec):
-            if not policy.allows(name):
-                message = f"environment variable {name} is not allowed: {policy.describe()}"
+            message = problem(name)
+            if message is not None:
                 errors.append(FileError(task.path, task.line_of(*key.split(".")), key, message))
     return errors
+
+
+def policy_errors(tasks: Iterable[Task], policy: EnvPolicy) -> list[FileError]:
+    """`validate --env-policy`: every variable a task names that the engine would not let it read."""
+    rule = policy.describe()
+    return reference_errors(
+        tasks, lambda name: None if policy.allows(name) else f"environment variable {name} is not allowed: {rule}"
+    )
+
+
+def unset_errors(tasks: Iterable[Task], env: Mapping[str, str]) -> list[FileError]:
+    """`validate --check-env`: every variable a task names that is not set in `env` (no value is ever shown)."""
+    return reference_errors(tasks, lambda name: None if name in env else f"environment variable {name} is not set")
