@@ -18,10 +18,12 @@ def test_kubernetes_engine_has_three_replicas_probes_and_valid_args() -> None:
     engine = next(d for d in docs if d["metadata"]["name"] == "reconciler-engine")
     assert engine["spec"]["replicas"] == 3
     every = [c for d in docs for c in d["spec"]["template"]["spec"]["containers"]]
-    containers = [c for c in every if c.get("args", [""])[0] == "reconciler"]
+    containers = [c for c in every if c["image"].startswith("ghcr.io/ORG/reconciler:")]
     assert len(containers) == 2
     for container in containers:
-        args = build_parser().parse_args(container["args"][1:])
+        # The image's ENTRYPOINT is `reconciler` (see the Dockerfile): args are reconciler's own arguments.
+        assert "command" not in container
+        args = build_parser().parse_args(container["args"])
         assert args.command == "engine" and args.metrics_addr.endswith(":9464")
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
