@@ -95,7 +95,13 @@ def embedded_dsn(home: Path) -> str:
         warnings.simplefilter("ignore")
         try:
             from pgserver.postgres_server import get_server
-
+        except ImportError:
+            raise DatabaseUnavailable(
+                "the embedded PostgreSQL needs the pgserver package, which is not installed "
+                f"(it has no build for Python {sys.version_info.major}.{sys.version_info.minor} yet); "
+                "pass --dsn or set RECONCILER_DSN"
+            ) from None
+        try:
             # cleanup_mode=None: the server outlives this process, so later commands and
             # other local processes (apply, engine, status) share it.
             server = get_server(home.resolve() / "pgdata", cleanup_mode=None)

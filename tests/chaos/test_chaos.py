@@ -21,7 +21,7 @@ import pytest
 from tests.engines import EngineProcess, registered, run_cli, start_engines, stop
 from tests.helpers import expected_occurrences, settled, wait_until
 from tests.httpserver import Recorder
-from tests.pgcontrol import PrivateServer
+from tests.pgcontrol import PrivateServer, needs_pgserver
 
 pytestmark = pytest.mark.chaos
 
@@ -107,6 +107,7 @@ def _slow_run_holder(dsn: str, fleet: Fleet) -> int | None:
     return next((slot for slot in map(fleet.slot_of, sorted(engines)) if slot is not None), None)
 
 
+@needs_pgserver
 def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     http: tuple[str, Recorder], tmp_path: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -12,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.helpers import Output, wait_until
-from tests.pgcontrol import stop_embedded
+from tests.pgcontrol import needs_pgserver, stop_embedded
 
 ROOT = Path(__file__).parent.parent.parent
 EXAMPLES = ROOT / "tasks.d"
@@ -175,6 +177,15 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
     assert "Traceback" not in stderr
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pgserver") is not None, reason="pgserver is installed here")
+def test_without_pgserver_the_embedded_database_is_a_one_line_error(tmp_path: Path) -> None:
+    planned = run("plan", cwd=project(tmp_path))
+    assert planned.returncode == 1 and "Traceback" not in planned.stderr
+    assert "the embedded PostgreSQL needs the pgserver package" in planned.stderr
+    assert "pass --dsn or set RECONCILER_DSN" in planned.stderr
+
+
+@needs_pgserver
 def test_embedded_database_when_no_dsn(tmp_path: Path) -> None:
     cwd = project(tmp_path)
     try:

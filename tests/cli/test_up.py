@@ -10,13 +10,14 @@ from pathlib import Path
 
 from tests.helpers import Output, wait_until
 from tests.httpserver import serving
-from tests.pgcontrol import stop_embedded
+from tests.pgcontrol import needs_pgserver, stop_embedded
 
 
 def task_file(url: str, path: str) -> str:
     return f'[trigger]\nkind = "interval"\nevery = "2s"\n[target]\nurl = "{url}{path}"\n'
 
 
+@needs_pgserver
 def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
     tasks = tmp_path / "tasks.d"
@@ -54,6 +55,7 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
         assert (tmp_path / ".reconciler" / "pgdata" / "PG_VERSION").exists()  # its own embedded database
 
 
+@needs_pgserver
 def test_ctrl_c_says_what_it_drains_and_a_second_one_stops_at_once(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
     tasks = tmp_path / "tasks.d"

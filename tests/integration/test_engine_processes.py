@@ -16,7 +16,7 @@ from reconciler.store import Store
 from tests.engines import soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, leases, wait_until
 from tests.httpserver import Recorder
-from tests.pgcontrol import PrivateServer
+from tests.pgcontrol import PrivateServer, needs_pgserver
 
 
 def statuses(dsn: str) -> Counter[str]:
@@ -108,6 +108,7 @@ async def test_sigterm_drains_the_run_in_flight_then_exits_0(
     assert engines == [] and leases(dsn) == 0  # said goodbye, freed its slot
 
 
+@needs_pgserver
 def test_an_engine_started_while_the_database_is_down_waits_and_then_fires(
     http: tuple[str, Recorder], tmp_path: Path
 ) -> None:

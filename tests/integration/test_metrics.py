@@ -21,7 +21,7 @@ from reconciler.targets import Firer
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, setup
-from tests.pgcontrol import PrivateServer
+from tests.pgcontrol import PrivateServer, needs_pgserver
 
 
 def free_addr() -> str:
@@ -96,6 +96,7 @@ async def test_due_backlog_counts_enabled_due_tasks(
     assert await async_wait_until(counted, 60, step=0.2)
 
 
+@needs_pgserver
 async def test_healthz_follows_the_database(tmp_path: Path) -> None:
     server = PrivateServer(tmp_path / "pg")
     addr = free_addr()

@@ -19,6 +19,7 @@ from tests.engines import run_cli, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, runs, setup
+from tests.pgcontrol import needs_pgserver
 
 
 def queue_manual(dsn: str, task_id: str) -> int:
@@ -157,6 +158,7 @@ def test_an_engine_scoped_to_a_source_never_fires_another_sources_task(
         assert dict(rows.fetchall()) == {"queued": 1}  # b's manual run waits for an engine of b
 
 
+@needs_pgserver
 def test_the_embedded_database_belongs_to_the_project_wherever_the_command_runs(tmp_path: Path) -> None:
     project = tmp_path / "team"
     billing = project / "tasks.d" / "billing"
