@@ -4,6 +4,7 @@ In one run, on the same sink (`bench/sink.py`, a raw asyncio server on 127.0.0.1
 
 (a) fires/s with 1 and 3 `reconciler engine` processes for 10,000 due one-shot tasks;
 (b) the client ceiling: one aiohttp session sending the same requests at the same concurrency;
+    the 1-engine run and the client alternate ROUNDS times and their medians are compared;
 (c) the bare claim loops over 10,000 due rows, no HTTP: the raw SQL of a claim (lock, insert
     runs, advance) and the engine's own claim transaction (`Claimer.claim`: leases, decisions,
     the next occurrence); fires/s is given as a ratio of each;
@@ -53,6 +54,7 @@ CONCURRENCY = 100  # the engines' --concurrency, and the client ceiling's
 BATCH = 1000  # the engines' --batch, and the bare claim loops'
 SLOW_CONCURRENCY = 500
 LEAD_SECONDS = 6.0  # tasks fall due this long (plus 1 s per 600 files) after the apply starts: every engine waits
+ROUNDS = 3  # the 1-engine run and the client ceiling alternate this many times (medians compared)
 QUIET_SECONDS = 15.0  # a scenario ends when everything arrived, or nothing arrived for this long
 MIB = 1024 * 1024
 
@@ -383,15 +385,29 @@ def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
         "slow": lambda: scenario(dsn, url, work, "slow", 1, SLOW_TASKS, lambda n: once_soon(n, "slow"), *slow_args),
     }
     asyncio.run(init_schema(dsn))
+    chosen = [name for name in steps if not wanted or name in wanted]
+    if "fire1" in chosen and "client" in chosen:  # alternated, ROUNDS times each: see paired_medians
+        chosen = ["fire1", "client"] * (ROUNDS - 1) + chosen
     out: dict[str, Any] = {}
-    for name, step in steps.items():
-        if wanted and name not in wanted:
-            continue
+    for name in chosen:
         httpx.post(f"{url}/_reset", timeout=10)
-        out[name] = step()
+        out.setdefault(f"{name}_rounds", []).append(steps[name]())
         with psycopg.connect(dsn, autocommit=True) as conn:
             clear(conn)
+    for name in steps:
+        rounds = out.pop(f"{name}_rounds", [])
+        key = "requests_per_second" if name == "client" else "fires_per_second"
+        if len(rounds) == 1:
+            out[name] = rounds[0]
+        elif rounds:
+            out[name] = {**median_round(rounds, key), "rounds": [r[key] for r in rounds]}
     return out
+
+
+def median_round(rounds: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The round with the median `key`: the 1-engine run and the client ceiling alternate ROUNDS
+    times and their medians are compared, since one run of either moves ±20 % on this machine."""
+    return dict(sorted(rounds, key=lambda r: float(r[key]))[len(rounds) // 2])
 
 
 def summarize(got: dict[str, Any]) -> dict[str, Any]:
@@ -424,7 +440,8 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
         )
     print(
         f"(b) aiohttp client alone: {client} req/s at concurrency {CONCURRENCY}; "
-        f"1 engine = {results['one_engine_vs_client']} of it"
+        f"1 engine = {results['one_engine_vs_client']} of it (medians of {ROUNDS} alternated rounds: "
+        f"engine {got['fire1'].get('rounds')}, client {got['client'].get('rounds')})"
     )
     print(
         f"(c) bare claim loops: raw SQL {raw:.0f} rows/s (1 engine = {results['one_engine_vs_raw_claim']}), "
