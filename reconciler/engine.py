@@ -92,7 +92,6 @@ class Engine:
         self._pace = 0.0  # attempts per second the slots sustain when kept busy, smoothed
         self._paced_at = (0, 0.0)  # (Firer.sent, Firer.slot_seconds) when the pace was last measured
         self._claim_seconds = 0.0  # how long a claim takes, smoothed
-        self._claim_at = max(1, min(config.batch, config.concurrency) // 2)  # the room that wakes a claim
         self.observers: list[Observer] = []
 
     async def claim(self, now: datetime, limit: int | None = None) -> Report:
@@ -241,7 +240,7 @@ class Engine:
                     await self._execute_safely(claimed)
                 finally:
                     self.running -= 1
-                if self.claim_room() >= self._claim_at:
+                if self.claim_room() >= self._claim_at():
                     self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
         finally:
             # At once, not by the done callback a loop turn later: the next worker to decide
@@ -256,13 +255,18 @@ class Engine:
         config = self.config
         return min(config.batch, max(config.concurrency, math.ceil(4 * self._pace * self._claim_seconds)))
 
+    def _claim_at(self) -> int:
+        """The room that wakes the next claim: a quarter of the queue (or half the slots), so there
+        is no claim per finished run."""
+        return max(1, min(self.config.batch, self.config.concurrency) // 2, self._ahead() // 4)
+
     def claim_room(self) -> int:
         """How many due tasks a claim may take now: the free slots plus the queue (`_ahead`), less
         the runs in flight. Runs waiting out a backoff or jitter hold no slot and are not counted."""
         return self.config.concurrency + self._ahead() - (self.in_flight - self.firer.resting)
 
     def _measure(self, report: Report) -> None:
-        """Smooth the claim's duration and the pace (for claim_room), and when to claim again.
+        """Smooth the claim's duration and the pace (for claim_room).
 
         The pace is what the slots sustain when kept busy (Little's law: --concurrency over the mean
         time an attempt holds its slot), not the rate runs finished: a starved engine would measure
@@ -273,8 +277,6 @@ class Engine:
             pace = self.config.concurrency * (self.firer.sent - sent) / max(self.firer.slot_seconds - held, 1e-6)
             self._pace = pace if not self._pace else 0.5 * self._pace + 0.5 * pace
             self._paced_at = (self.firer.sent, self.firer.slot_seconds)
-        # Claim again once a quarter of the queue (or half the slots) is free: no claim per finished run.
-        self._claim_at = max(1, min(self.config.batch, self.config.concurrency) // 2, self._ahead() // 4)
 
     async def _execute_safely(self, claimed: Claimed) -> Outcome | None:
         try:
