@@ -4,7 +4,8 @@ In one run, on the same sink (`bench/sink.py`, a raw asyncio server on 127.0.0.1
 
 (a) fires/s with 1 and 3 `reconciler engine` processes for 10,000 due one-shot tasks;
 (b) the client ceiling: one aiohttp session sending the same requests at the same concurrency;
-    the 1-engine run and the client alternate ROUNDS times and their medians are compared;
+    the 1-engine run, the client and the raw claim loop alternate ROUNDS times and their medians
+    are compared;
 (c) the bare claim loops over 10,000 due rows, no HTTP: the raw SQL of a claim (lock, insert
     runs, advance) and the engine's own claim transaction (`Claimer.claim`: leases, decisions,
     the next occurrence); fires/s is given as a ratio of each;
@@ -54,7 +55,8 @@ CONCURRENCY = 100  # the engines' --concurrency, and the client ceiling's
 BATCH = 1000  # the engines' --batch, and the bare claim loops'
 SLOW_CONCURRENCY = 500
 LEAD_SECONDS = 6.0  # tasks fall due this long (plus 1 s per 600 files) after the apply starts: every engine waits
-ROUNDS = 3  # the 1-engine run and the client ceiling alternate this many times (medians compared)
+ROUNDS = 5  # the 1-engine run, the client ceiling and the raw claim loop alternate this many times (medians compared)
+PAIRED = ("fire1", "client", "raw_claim")
 QUIET_SECONDS = 15.0  # a scenario ends when everything arrived, or nothing arrived for this long
 MIB = 1024 * 1024
 
@@ -386,8 +388,9 @@ def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
     }
     asyncio.run(init_schema(dsn))
     chosen = [name for name in steps if not wanted or name in wanted]
-    if "fire1" in chosen and "client" in chosen:  # alternated, ROUNDS times each: see paired_medians
-        chosen = ["fire1", "client"] * (ROUNDS - 1) + chosen
+    paired = [name for name in PAIRED if name in chosen]
+    if len(paired) > 1:  # alternated, ROUNDS times each: see median_round
+        chosen = paired * (ROUNDS - 1) + chosen
     out: dict[str, Any] = {}
     for name in chosen:
         httpx.post(f"{url}/_reset", timeout=10)
@@ -399,6 +402,8 @@ def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
         key = "requests_per_second" if name == "client" else "fires_per_second"
         if len(rounds) == 1:
             out[name] = rounds[0]
+        elif rounds and isinstance(rounds[0], float):
+            out[name], out[f"{name}_rounds"] = statistics.median(rounds), [round(r, 1) for r in rounds]
         elif rounds:
             out[name] = {**median_round(rounds, key), "rounds": [r[key] for r in rounds]}
     return out
@@ -420,6 +425,7 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
         "throughput": [got["fire1"], got["fire3"]],
         "client_ceiling": {**got["client"], "concurrency": CONCURRENCY},
         "raw_claim_rows_per_second": round(raw, 1),
+        "raw_claim_rounds": got.get("raw_claim_rounds"),
         "engine_claim_rows_per_second": round(claim, 1),
         "one_engine_vs_client": ratio(one, client),
         "one_engine_vs_raw_claim": ratio(one, raw),
@@ -444,7 +450,8 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
         f"engine {got['fire1'].get('rounds')}, client {got['client'].get('rounds')})"
     )
     print(
-        f"(c) bare claim loops: raw SQL {raw:.0f} rows/s (1 engine = {results['one_engine_vs_raw_claim']}), "
+        f"(c) bare claim loops: raw SQL {raw:.0f} rows/s (1 engine = {results['one_engine_vs_raw_claim']}; "
+        f"median of {got.get('raw_claim_rounds')}), "
         f"the engine's claim {claim:.0f} rows/s (1 engine = {results['one_engine_vs_engine_claim']})"
     )
     print(

@@ -67,8 +67,7 @@ def measure(conn: psycopg.Connection[Any], now: datetime) -> dict[str, Any]:
             conn.execute(
                 QUERIES["runs_insert"],
                 {"task_ids": ids, "scheduled": due, "kinds": ["scheduled"] * n, "statuses": ["running"] * n,
-                 "attempts": [0] * n, "engines": ["bench"] * n, "claimed": [now] * n, "finished": [None] * n,
-                 "errors": [None] * n},
+                 "errors": [None] * n, "engine_id": "bench", "now": now, "lease_ids": ids, "lease_seconds": [60.0] * n},
             )  # fmt: skip
             conn.execute(QUERIES["tasks_advance"], {"ids": ids, "nexts": [now + timedelta(hours=1)] * n})
             whole.append(time.perf_counter() - start)

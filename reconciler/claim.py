@@ -312,20 +312,30 @@ class Claimer:
                 inserts.extend((task_id, d) for d in decisions)
                 advance[task_id] = following
             manual, starts = self._start_manual(queued, held, now, report)
-            written = await Store.pipelined(conn, [*self._insert_runs(inserts, now), *starts])
-            report.runs.extend(self._claimed(inserts, written[0] if inserts else [], specs, report))
-            report.runs.extend(manual)
-            finish = self._take_leases(report.runs, now)
+            specs.update((run.task_id, run.spec) for run in manual)
+            lease_for = {task_id: lease_seconds(spec, self.lease_margin) for task_id, spec in specs.items()}
+            leased_at = time.monotonic()
+            statements = [*self._insert_runs(inserts, lease_for, now), *starts]
+            statements += self._take_leases(manual, lease_for, now)
             if advance:
-                finish.append(("tasks_advance", {"ids": list(advance), "nexts": list(advance.values())}))
-            await Store.send(conn, finish)
+                statements.append(("tasks_advance", {"ids": list(advance), "nexts": list(advance.values())}))
+            sent = await Store.send(conn, statements)
+        # Committed: the inserted rows came back with the COMMIT, in the same round trip.
+        report.runs.extend(self._claimed(inserts, await sent[0].fetchall() if inserts else [], specs, report))
+        report.runs.extend(manual)
+        for run in report.runs:
+            # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
+            run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2
         report.fired = len(report.runs)
         report.seconds = time.perf_counter() - started
         log_recorded(report.recorded)
         return report
 
-    def _insert_runs(self, inserts: list[tuple[str, Decision]], now: datetime) -> list[Statement]:
-        """The run rows of the decisions (one statement; none for no decisions)."""
+    def _insert_runs(
+        self, inserts: list[tuple[str, Decision]], leases: Mapping[str, float], now: datetime
+    ) -> list[Statement]:
+        """The run rows of the decisions, and the leases of those that run, in one statement (none
+        for no decisions): the claim's last round trip carries its COMMIT too."""
         if not inserts:
             return []
         params = {
@@ -336,6 +346,8 @@ class Claimer:
             "kinds": [d.kind for _, d in inserts],
             "statuses": [d.status for _, d in inserts],
             "errors": [d.error for _, d in inserts],
+            "lease_ids": list(leases),
+            "lease_seconds": list(leases.values()),
         }
         return [("runs_insert", params)]
 
@@ -345,16 +357,13 @@ class Claimer:
     ) -> list[Claimed]:
         """The inserted rows to fire; the others were recorded finished (missed, skipped, failed)."""
         report.duplicates += len(inserts) - len(rows)
-        kinds = {(t, d.scheduled_for): d.kind for t, d in inserts}
         claimed: list[Claimed] = []
         for row in rows:
-            if row["status"] == "running":
-                key = (row["task_id"], row["scheduled_for"])
-                claimed.append(
-                    Claimed(row["id"], row["task_id"], row["scheduled_for"], kinds[key], specs[row["task_id"]])
-                )
+            task_id, decision = inserts[row["n"] - 1]
+            if decision.status == "running":
+                claimed.append(Claimed(row["id"], task_id, decision.scheduled_for, decision.kind, specs[task_id]))
             else:
-                report.record(row["task_id"], row["scheduled_for"], row["status"], row["error"])
+                report.record(task_id, decision.scheduled_for, decision.status, decision.error)
         return claimed
 
     def _start_manual(
@@ -382,16 +391,10 @@ class Claimer:
                 report.record(task_id, row["scheduled_for"], status, error)
         return claimed, statements
 
-    def _take_leases(self, runs: list[Claimed], now: datetime) -> list[Statement]:
-        """Each run's deadline, and the statement taking their leases (none for no runs)."""
+    def _take_leases(self, runs: list[Claimed], leases: Mapping[str, float], now: datetime) -> list[Statement]:
+        """The statement taking the leases of started manual runs (none for none)."""
         if not runs:
             return []
-        margin = self.lease_margin
-        started = time.monotonic()
-        seconds = [lease_seconds(run.spec, margin) for run in runs]
-        for run, lease in zip(runs, seconds, strict=True):
-            # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
-            run.deadline = started + lease - margin / 2
-        params = {"engine_id": self.engine_id, "now": now, "seconds": seconds}
+        params = {"engine_id": self.engine_id, "now": now, "seconds": [leases[run.task_id] for run in runs]}
         ids = {"task_ids": [c.task_id for c in runs], "run_ids": [c.run_id for c in runs]}
         return [("leases_insert", {**params, **ids})]

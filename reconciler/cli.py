@@ -15,7 +15,7 @@ from reconciler import __version__
 from reconciler.embedded import find_tasks_dir
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
 from reconciler.hosts import HOST_PORT, host_problem
-from reconciler.logs import error_line
+from reconciler.logs import error_line, flush_logs
 
 Handler = Callable[[argparse.Namespace], int]
 Number = TypeVar("Number", int, float)
@@ -295,3 +295,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `reconciler plan | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return EXIT_OK
+    finally:
+        flush_logs()

@@ -35,6 +35,10 @@ log = logging.getLogger("reconciler.engine")
 WARM_HORIZON = 120.0
 WARM_BUDGET = 0.2
 WARM_MIN_SLEEP = 0.5
+# Claimed runs may queue for a slot this long at the pace the slots sustain (and longer when a
+# claim takes longer): far inside the lease's margin, and long enough to ramp up in a few claims.
+QUEUE_SECONDS = 1.0
+CLAIMS_AT_ONCE = 2  # claim transactions serve() runs at a time
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,10 @@ class Engine:
         self._pace = 0.0  # attempts per second the slots sustain when kept busy, smoothed
         self._paced_at = (0, 0.0)  # (Firer.sent, Firer.slot_seconds) when the pace was last measured
         self._claim_seconds = 0.0  # how long a claim takes, smoothed
+        self.ahead = self.wake_room = 0  # the queue's size (see _pace_queue)
+        self.claims: dict[asyncio.Task[Report], int] = {}  # claims running in serve(), and the most each may take
+        self._more_due = True  # the last claim to end took all it asked for: more may be due
+        self._pace_queue()
         self.observers: list[Observer] = []
 
     async def claim(self, now: datetime, limit: int | None = None) -> Report:
@@ -108,14 +116,15 @@ class Engine:
         """Fire one claimed run and record its result; whatever goes wrong is this run's `failed` result."""
 
         async def on_attempt(attempt: Attempt) -> None:
-            if attempt.attempt > 1 or claimed.spec.policy.retries:
-                with contextlib.suppress(Exception):  # progress only; the final result is written anyway
-                    async with self.store.connection() as conn:
-                        await Store.execute(conn, "run_attempt", attempt_params(claimed.run_id, attempt))
+            with contextlib.suppress(Exception):  # progress only; the final result is written anyway
+                async with self.store.connection() as conn:
+                    await Store.execute(conn, "run_attempt", attempt_params(claimed.run_id, attempt))
 
+        # Progress is written between attempts: a run of one attempt has none to write.
+        progress = on_attempt if claimed.spec.policy.retries else None
         try:
             outcome = await self.firer.fire(
-                claimed.task_id, claimed.spec, claimed.scheduled_for, on_attempt, claimed.deadline, claimed.key
+                claimed.task_id, claimed.spec, claimed.scheduled_for, progress, claimed.deadline, claimed.key
             )
         except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
             log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__)
@@ -240,30 +249,33 @@ class Engine:
                     await self._execute_safely(claimed)
                 finally:
                     self.running -= 1
-                if self.claim_room() >= self._claim_at():
+                if self.claim_room() >= self.wake_room:
                     self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
         finally:
             # At once, not by the done callback a loop turn later: the next worker to decide
             # whether it is one too many must not count this one.
             self.workers.discard(asyncio.current_task())
 
-    def _ahead(self) -> int:
-        """How many claimed runs may wait for a slot: about four claims' worth at the pace the slots
-        sustain (a claim's time varies threefold under load), at least --concurrency, at most --batch.
-        A deeper queue would make runs wait for a slot past their lease, and keep due tasks from
-        replicas with free slots."""
+    def _pace_queue(self) -> None:
+        """Size the queue from the smoothed pace and claim time (after each claim, not per run):
+        `ahead`, how many claimed runs may wait for a slot, is about four claims' worth at the pace
+        the slots sustain (a claim's time varies threefold under load) or QUEUE_SECONDS' worth, at
+        least --concurrency, at most two batches: back-to-back claims of a full batch need one
+        batch waiting while the next is claimed. A deeper queue would make runs wait for a slot past
+        their lease, and keep due tasks from replicas with free slots. `wake_room`, the room that
+        wakes the next claim, is a quarter of the queue (or half the slots), so there is no claim
+        per finished run."""
         config = self.config
-        return min(config.batch, max(config.concurrency, math.ceil(4 * self._pace * self._claim_seconds)))
-
-    def _claim_at(self) -> int:
-        """The room that wakes the next claim: a quarter of the queue (or half the slots), so there
-        is no claim per finished run."""
-        return max(1, min(self.config.batch, self.config.concurrency) // 2, self._ahead() // 4)
+        waits = max(QUEUE_SECONDS, 4 * self._claim_seconds)
+        self.ahead = min(2 * config.batch, max(config.concurrency, math.ceil(self._pace * waits)))
+        self.wake_room = max(1, min(config.batch, config.concurrency) // 2, self.ahead // 4)
 
     def claim_room(self) -> int:
-        """How many due tasks a claim may take now: the free slots plus the queue (`_ahead`), less
-        the runs in flight. Runs waiting out a backoff or jitter hold no slot and are not counted."""
-        return self.config.concurrency + self._ahead() - (self.in_flight - self.firer.resting)
+        """How many due tasks a claim may take now: the free slots plus the queue (`ahead`), less
+        the runs in flight and what the claims running may take. Runs waiting out a backoff or
+        jitter hold no slot and are not counted."""
+        taking = sum(self.claims.values())
+        return self.config.concurrency + self.ahead - (self.in_flight - self.firer.resting) - taking
 
     def _measure(self, report: Report) -> None:
         """Smooth the claim's duration and the pace (for claim_room).
@@ -271,12 +283,14 @@ class Engine:
         The pace is what the slots sustain when kept busy (Little's law: --concurrency over the mean
         time an attempt holds its slot), not the rate runs finished: a starved engine would measure
         its own starvation and keep its queue short."""
-        self._claim_seconds = 0.7 * self._claim_seconds + 0.3 * report.seconds
+        seconds = report.seconds
+        self._claim_seconds = 0.7 * self._claim_seconds + 0.3 * seconds if self._claim_seconds else seconds
         sent, held = self._paced_at
         if self.firer.sent - sent >= 20:
             pace = self.config.concurrency * (self.firer.sent - sent) / max(self.firer.slot_seconds - held, 1e-6)
             self._pace = pace if not self._pace else 0.5 * self._pace + 0.5 * pace
             self._paced_at = (self.firer.sent, self.firer.slot_seconds)
+        self._pace_queue()
 
     async def _execute_safely(self, claimed: Claimed) -> Outcome | None:
         try:
@@ -286,7 +300,10 @@ class Engine:
             return None
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Claim and fire until `stop` is set; then drain in-flight runs (at most drain_seconds)."""
+        """Claim and fire until `stop` is set; then drain in-flight runs (at most drain_seconds).
+
+        Up to CLAIMS_AT_ONCE claims run at a time: on a busy loop a claim's round trips each wait a
+        loop turn, so one claim at a time left the queue empty while it ran (see _may_claim)."""
         listener: psycopg.AsyncConnection[Any] | None = None
         backoff = 0.5
         last_beat = last_prune = 0.0
@@ -295,6 +312,8 @@ class Engine:
             try:
                 if listener is None:
                     listener = await self.store.listen()
+                if self._collect():
+                    backoff = 0.5
                 now = self.clock.now()
                 if time.monotonic() - last_beat >= self.config.heartbeat_seconds:
                     await self.heartbeat(now)
@@ -302,22 +321,17 @@ class Engine:
                 if time.monotonic() - last_prune >= self.config.prune_seconds:
                     last_prune = time.monotonic()
                     await self.prune_safely(now)
-                limit = min(self.config.batch, self.claim_room())
-                if limit <= 0:
-                    # Workers set the event when there is room; the timeout is a safety net.
-                    self._fill()  # a worker whose run came back from a rest may have stepped down
-                    self._slot_freed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)
+                if not self._more_due and not self.claims:  # the last claim took all that was due
+                    await self._wait(listener, await self._warm_then_sleep(), stop)
+                    self._more_due = True
                     continue
-                report = await self.claim(now, limit)
-                self._measure(report)
-                self.queue.extend(report.runs)
-                self._fill()
-                backoff = 0.5
-                if report.claimed_tasks >= limit:
-                    continue  # more is due right now
-                await self._wait(listener, await self._warm_then_sleep(), stop)
+                limit = min(self.config.batch, self.claim_room())
+                if self._may_claim(limit):
+                    self.claims[asyncio.create_task(self.claim(now, limit))] = limit
+                    continue
+                # A claim ending or workers making room (they set the event) wake this; the timeout is a safety net.
+                self._fill()  # a worker whose run came back from a rest may have stepped down
+                await self._settle(stop, timeout=1.0)
             except Exception as exc:  # the database away, or a bug: log, back off, go on; never exit
                 if isinstance(exc, DB_FAULTS):
                     log.warning("database unavailable (%s); retrying in %.1f s", one_line(exc), backoff)
@@ -329,10 +343,57 @@ class Engine:
                         await listener.close()
                 listener = None
                 backoff = await back_off(stop, backoff)
+        await self._finish_claims()
         await self.drain(flusher)
         if listener is not None:
             with contextlib.suppress(Exception):
                 await listener.close()
+
+    def _may_claim(self, limit: int) -> bool:
+        """Whether to start a claim of `limit` now: some room, and if a claim is already running,
+        room for a good part of a claim (`wake_room`) and fewer than CLAIMS_AT_ONCE running."""
+        if limit <= 0 or (self.claims and not self._more_due):
+            return False
+        return not self.claims or (limit >= self.wake_room and len(self.claims) < CLAIMS_AT_ONCE)
+
+    def _collect(self) -> int:
+        """Queue the runs of the claims that ended (and start workers); re-raise a claim's error.
+        The number of claims that succeeded."""
+        succeeded = 0
+        for task in [t for t in self.claims if t.done()]:
+            limit = self.claims.pop(task)
+            report = task.result()
+            self._measure(report)
+            self.queue.extend(report.runs)
+            self._fill()
+            self._more_due = report.claimed_tasks >= limit  # less than asked for: nothing more is due now
+            succeeded += 1
+        return succeeded
+
+    async def _finish_claims(self) -> None:
+        """At stop: the claims running end (bounded); their runs are fired in the drain like the
+        others queued. A claim that fails or is cut off leaves nothing to fire."""
+        if self.claims:
+            await asyncio.wait(self.claims, timeout=self.config.drain_seconds)
+        for task in self.claims:
+            task.cancel()
+        await asyncio.gather(*self.claims, return_exceptions=True)
+        while self.claims:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                self._collect()
+
+    async def _settle(self, stop: asyncio.Event, timeout: float) -> None:
+        """Until a claim ends, `stop`, `timeout`, or workers make room for a claim (`_slot_freed`;
+        not waited for when no claim could start on room: a wake-up per finished run)."""
+        self._slot_freed.clear()
+        waiters = [asyncio.ensure_future(stop.wait())]
+        if len(self.claims) < CLAIMS_AT_ONCE and self._more_due:
+            waiters.append(asyncio.ensure_future(self._slot_freed.wait()))
+        try:
+            await asyncio.wait([*self.claims, *waiters], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
 
     async def _warm_then_sleep(self) -> float:
         """The seconds to sleep, less what validating soon-due specs (in idle time only) took."""

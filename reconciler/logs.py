@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from reconciler.clock import utcnow
 
@@ -43,6 +43,68 @@ class TextFormatter(logging.Formatter):
         return f"{self._second[1]},{int(record.msecs):03d}"
 
 
+class TurnHandler(logging.StreamHandler[TextIO]):
+    """Writes the lines logged during one event-loop turn together, at the end of the turn: the
+    engine logs a line per run, and one write and flush per line was a tenth of a fire's CPU.
+
+    Outside a running loop (another thread, before and after `asyncio.run`) a line is written at
+    once, after those still pending, so the order holds. No line waits for a later turn: a line
+    is at most one turn late; `kill -9` can lose that turn's lines.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self._due = False  # a flush is scheduled on the loop
+
+    def emit(self, record: logging.LogRecord) -> None:  # called with the handler's lock held
+        try:
+            self._pending.append(self.format(record) + self.terminator)
+        except Exception:
+            self.handleError(record)
+            return
+        aio = sys.modules.get("asyncio")  # not imported: no loop runs (`--version` need not import it)
+        try:
+            loop = aio.get_running_loop() if aio is not None else None
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self.flush()
+            return
+        if not self._due:
+            self._due = True
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        with self.lock or _NO_LOCK:
+            self._due = False
+            if self._pending:
+                text = "".join(self._pending)
+                self._pending.clear()
+                try:
+                    self.stream.write(text)
+                    self.stream.flush()
+                except (OSError, ValueError):  # stderr closed or gone: nothing to tell it with
+                    pass
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
+
+
+def flush_logs() -> None:
+    """Write what the handlers hold (before exit, or before reading stderr in-process)."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+
+
 def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     """Route every logger (ours at `level`, libraries' warnings) to stderr in one format.
 
@@ -52,7 +114,7 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     # format shows them, and the engine logs every run.
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    handler = logging.StreamHandler(sys.stderr)
+    handler = TurnHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
