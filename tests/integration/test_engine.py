@@ -506,6 +506,55 @@ async def test_a_claim_takes_no_more_than_the_engine_can_start_soon(
     await engine.firer.close()
 
 
+async def test_claims_running_at_once_share_the_room_and_never_the_same_task(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    """serve() runs up to two claims at a time: the second may take only the room the first
+    leaves, and SKIP LOCKED keeps their tasks apart."""
+    url, _ = http
+    await setup(store, tmp_path, {f"t{i:02d}": cron(f"{url}/t{i}") for i in range(20)})
+    engine = Engine(store, EngineConfig("two", batch=10, concurrency=3), Firer(concurrency=3))
+    at = NOW + timedelta(minutes=5)
+    assert engine.claim_room() == 6
+    first = asyncio.create_task(engine.claim(at, 4))
+    engine.claims[first] = 4
+    assert engine.claim_room() == 2  # what the first may take is not room for the second
+    second = asyncio.create_task(engine.claim(at, engine.claim_room()))
+    engine.claims[second] = 2
+    reports = await asyncio.gather(first, second)
+    fired = [run.task_id for report in reports for run in report.runs]
+    assert sorted(r.claimed_tasks for r in reports) == [2, 4]
+    assert len(fired) == len(set(fired)) == 6 == len(runs(dsn))
+    engine._collect()
+    assert (engine.claims, len(engine.queue)) == ({}, 6)
+    await engine.firer.close()
+
+
+async def test_a_pooled_connection_is_checked_on_checkout_unless_used_in_the_last_second(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check is a round trip a busy engine waits a loop turn for; a connection used in the
+    last second skips it (a server restart within that second fails one statement, which the
+    engine backs off from)."""
+    monkeypatch.setattr("reconciler.store.FRESH_SECONDS", 3600.0)  # "the last second", however loaded the machine
+    async with Store(dsn, min_size=1, max_size=1) as store:
+        async with store.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))  # returns once it is gone
+        with pytest.raises(DatabaseUnavailable):  # just used: not checked, and found dead by its statement
+            async with store.connection() as conn:
+                await conn.execute("SELECT 1")
+        async with store.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))  # returns once it is gone
+        monkeypatch.setattr("reconciler.store.FRESH_SECONDS", 0.0)  # as if idle for longer than that
+        async with store.connection() as conn:  # checked: replaced, and the statement works
+            assert conn.info.backend_pid != pid
+            await conn.execute("SELECT 1")
+
+
 async def test_a_spec_edited_by_hand_fires_as_edited_at_once(
     store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:

@@ -1,0 +1,86 @@
+"""The log handler: lines of one event-loop turn are written together, in order, and none waits longer."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import threading
+
+from reconciler.logs import TurnHandler
+
+
+class CountingStream(io.StringIO):
+    """Counts writes, to see lines batched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def make_logger(stream: CountingStream) -> logging.Logger:
+    handler = TurnHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger(f"test.turn.{id(stream)}")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+def test_outside_a_loop_each_line_is_written_at_once() -> None:
+    stream = CountingStream()
+    logger = make_logger(stream)
+    logger.info("one")
+    assert stream.getvalue() == "one\n"
+    logger.info("two")
+    assert (stream.getvalue(), stream.writes) == ("one\ntwo\n", 2)
+
+
+def test_the_lines_of_one_loop_turn_are_written_together_at_its_end() -> None:
+    stream = CountingStream()
+    logger = make_logger(stream)
+
+    async def main() -> None:
+        for i in range(100):
+            logger.info("run %d", i)
+        assert stream.getvalue() == ""  # not yet: the turn is not over
+        await asyncio.sleep(0)  # the turn ends: the flush scheduled at the first line runs
+        assert stream.getvalue() == "".join(f"run {i}\n" for i in range(100))
+        assert stream.writes == 1
+        logger.info("next turn")
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert stream.getvalue().endswith("run 99\nnext turn\n")
+    assert stream.writes == 2
+
+
+def test_a_line_from_another_thread_keeps_the_order() -> None:
+    stream = CountingStream()
+    logger = make_logger(stream)
+
+    async def main() -> None:
+        logger.info("in the loop")
+        thread = threading.Thread(target=logger.info, args=("from a thread",))
+        thread.start()
+        thread.join()  # written at once, after the loop's pending line
+        assert stream.getvalue() == "in the loop\nfrom a thread\n"
+
+    asyncio.run(main())
+
+
+def test_a_line_logged_as_the_loop_ends_is_not_lost() -> None:
+    stream = CountingStream()
+    logger = make_logger(stream)
+
+    async def main() -> None:
+        logger.info("last words")
+
+    asyncio.run(main())
+    logger.handlers[0].flush()  # what cli.main does before it returns (flush_logs)
+    assert stream.getvalue() == "last words\n"
