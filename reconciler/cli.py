@@ -100,7 +100,8 @@ COUNT = bounded(int, 1, 10_000)  # --count, --concurrency, --batch
 LIMIT = bounded(int, 1, 100_000)
 MAX_DELETES = bounded(int, 0, 1_000_000)
 DEBOUNCE_MS = bounded(int, 0, 600_000)
-KEEP_DAYS = bounded(float, 0.0, 36_500.0, above=True)
+KEEP_DAYS = bounded(float, 0.0, 36_500.0)
+KEEP_DAYS_DEFAULT = 30.0
 SECONDS = bounded(float, 0.0, 86_400.0)  # --drain-seconds, --lease-margin
 MAX_SLEEP = bounded(float, 0.0, 3600.0)
 
@@ -112,7 +113,12 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=COUNT, default=100, help="due tasks claimed per transaction")
     parser.add_argument("--max-sleep", type=MAX_SLEEP, default=30.0, help="longest sleep between claims (s)")
     parser.add_argument("--drain-seconds", type=SECONDS, default=30.0, help="wait for in-flight runs on SIGTERM")
-    parser.add_argument("--keep-runs-days", type=KEEP_DAYS, help="delete finished runs older than this (default: keep)")
+    parser.add_argument(
+        "--keep-runs-days",
+        type=KEEP_DAYS,
+        default=KEEP_DAYS_DEFAULT,
+        help="delete finished runs older than this many days (default 30; 0 keeps every run)",
+    )
     parser.add_argument(
         "--lease-margin", type=SECONDS, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
     )

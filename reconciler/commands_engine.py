@@ -48,7 +48,7 @@ def engine_config(args: argparse.Namespace, sources: tuple[str, ...]) -> EngineC
         concurrency=args.concurrency,
         max_sleep=args.max_sleep,
         drain_seconds=args.drain_seconds,
-        keep_runs_days=args.keep_runs_days,
+        keep_runs_days=args.keep_runs_days or None,  # 0: keep every run
         lease_margin=args.lease_margin,
         allow_env=globs(args.allow_env),
     )

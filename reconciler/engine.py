@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -51,8 +52,8 @@ class EngineConfig:
     lease_margin: float = 30.0
     heartbeat_seconds: float = 10.0
     keep_runs_days: float | None = None  # global retention of finished runs; policy.keep_runs caps per task
-    prune_seconds: float = 60.0  # how often serve() prunes run history
-    prune_batch: int = 500  # rows deleted per statement: short transactions, no long locks
+    prune_seconds: float = 60.0  # how often serve() starts a pass over the run history (see prune_runs)
+    prune_batch: int = 2000  # rows deleted per statement: short transactions, no long locks
     allow_env: tuple[str, ...] = ()  # globs of variables tasks may read; empty: all but the engine's own
     sources: tuple[str, ...] = ()  # claim only these sources' tasks (`engine --source`); empty: every source
 
@@ -174,34 +175,47 @@ class Engine:
                 report.failed += 1
         return report
 
-    async def prune_runs(self, now: datetime, max_batches: int = 20) -> int:
-        """Delete finished runs beyond `policy.keep_runs` per task and older than `keep_runs_days`, in batches."""
-        rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", {"batch": self.config.prune_batch})]
+    async def prune_runs(self, now: datetime, max_batches: int | None = None) -> int:
+        """One pass over the run history: delete finished runs beyond `policy.keep_runs` per task and
+        older than `keep_runs_days`, `prune_batch` rows at a time until none is left (or `max_batches`).
+
+        Sized to the backlog, so retention keeps up with any rate of runs, and gentle: each batch is
+        a short transaction locking only the rows it deletes (replicas pruning at once skip each
+        other's), and the pass rests as long as each batch took, so it takes at most half of one
+        database backend beside the claims."""
+        batch = self.config.prune_batch
+        rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", {"batch": batch})]
         if self.config.keep_runs_days is not None:
             before = now - timedelta(days=self.config.keep_runs_days)
-            rules.append(("runs_prune_age", {"batch": self.config.prune_batch, "before": before}))
+            rules.append(("runs_prune_age", {"batch": batch, "before": before}))
         deleted = 0
         for name, params in rules:
-            for _ in range(max_batches):
+            for _ in itertools.count() if max_batches is None else range(max_batches):
+                started = time.monotonic()
                 async with self.store.connection() as conn:
                     count = await Store.execute(conn, name, params)
                 deleted += count
-                if count < self.config.prune_batch:
+                if count < batch:
                     break
+                await asyncio.sleep(time.monotonic() - started)
         if deleted:
             log.info("pruned %d finished run(s) from the history", deleted, extra={"fields": {"pruned": deleted}})
         return deleted
 
-    async def prune_safely(self, now: datetime) -> None:
-        """prune_runs for serve(): history that cannot be pruned now is pruned later, firing goes on."""
-        try:
-            await self.prune_runs(now)
-        except DB_FAULTS:
-            raise
-        except Exception as exc:
-            log.warning(
-                "pruning the run history failed (%s); next try in %g s", one_line(exc), self.config.prune_seconds
-            )
+    async def prune_forever(self, stop: asyncio.Event) -> None:
+        """serve()'s pruner, beside its claims: a pass (see prune_runs) every prune_seconds. History
+        that cannot be pruned now is pruned later; a database away is the claim loop's to report."""
+        while not stop.is_set():
+            try:
+                await self.prune_runs(self.clock.now())
+            except DB_FAULTS:
+                pass
+            except Exception as exc:
+                log.warning(
+                    "pruning the run history failed (%s); next try in %g s", one_line(exc), self.config.prune_seconds
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.config.prune_seconds)
 
     async def heartbeat(self, now: datetime) -> None:
         async with self.store.connection() as conn:
@@ -306,8 +320,9 @@ class Engine:
         loop turn, so one claim at a time left the queue empty while it ran (see _may_claim)."""
         listener: psycopg.AsyncConnection[Any] | None = None
         backoff = 0.5
-        last_beat = last_prune = 0.0
+        last_beat = 0.0
         flusher = asyncio.create_task(self.results.writer(lambda: stop.is_set() and not self.in_flight))
+        pruner = asyncio.create_task(self.prune_forever(stop))
         while not stop.is_set():
             try:
                 if listener is None:
@@ -318,9 +333,6 @@ class Engine:
                 if time.monotonic() - last_beat >= self.config.heartbeat_seconds:
                     await self.heartbeat(now)
                     last_beat = time.monotonic()
-                if time.monotonic() - last_prune >= self.config.prune_seconds:
-                    last_prune = time.monotonic()
-                    await self.prune_safely(now)
                 if not self._more_due and not self.claims:  # the last claim took all that was due
                     await self._wait(listener, await self._warm_then_sleep(), stop)
                     self._more_due = True
@@ -343,6 +355,8 @@ class Engine:
                         await listener.close()
                 listener = None
                 backoff = await back_off(stop, backoff)
+        pruner.cancel()
+        await asyncio.gather(pruner, return_exceptions=True)
         await self._finish_claims()
         await self.drain(flusher)
         if listener is not None:

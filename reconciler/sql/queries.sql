@@ -352,11 +352,13 @@ DELETE FROM scheduler.runs WHERE id IN (
      LIMIT %(batch)s);
 
 -- name: runs_prune_age
--- --keep-runs-days: finished runs older than the cut-off, whatever their task.
+-- --keep-runs-days: finished runs older than the cut-off, whatever their task. Rows another
+-- replica's pruner is deleting are skipped, not waited for.
 DELETE FROM scheduler.runs WHERE id IN (
     SELECT id FROM scheduler.runs
      WHERE finished_at < %(before)s AND status NOT IN ('queued', 'running')
-     LIMIT %(batch)s);
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED);
 
 -- name: runs_between
 -- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi].

@@ -38,3 +38,12 @@ def test_systemd_unit_runs_a_valid_engine_command() -> None:
     args = build_parser().parse_args(argv[1:])
     assert args.command == "engine" and args.keep_runs_days == 30
     assert unit["Service"]["KillSignal"] == "SIGTERM"
+
+
+def test_retention_is_on_by_default_and_zero_keeps_every_run() -> None:
+    from reconciler.commands_engine import engine_config
+
+    assert build_parser().parse_args(["engine"]).keep_runs_days == 30
+    assert engine_config(build_parser().parse_args(["engine"]), ()).keep_runs_days == 30
+    assert engine_config(build_parser().parse_args(["engine", "--keep-runs-days", "0"]), ()).keep_runs_days is None
+    assert engine_config(build_parser().parse_args(["up", "--keep-runs-days", "0.5"]), ()).keep_runs_days == 0.5

@@ -282,7 +282,7 @@ CASES = [
     option("up --debounce-ms 600001", "--debounce-ms"),
     option("engine --keep-runs-days nan", "--keep-runs-days"),
     option("engine --keep-runs-days 1e10", "--keep-runs-days"),
-    option("engine --keep-runs-days 0", "--keep-runs-days", "greater than 0"),
+    option("engine --keep-runs-days -1", "--keep-runs-days", "at least 0"),
     option("engine --lease-margin nan", "--lease-margin"),
     option("engine --lease-margin -1", "--lease-margin"),
     option("engine --max-sleep inf", "--max-sleep"),

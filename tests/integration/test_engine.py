@@ -412,6 +412,39 @@ async def test_retention_keeps_newest_runs_per_task_and_prunes_by_age(
     assert await engine.prune_runs(NOW + timedelta(minutes=7)) == 0
 
 
+async def test_replicas_pruning_at_once_share_the_work(store: Store, dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, finished_at) "
+            "SELECT 'old', %(old)s - interval '1 minute' * g, 'scheduled', 'succeeded', %(old)s "
+            "  FROM generate_series(1, 50) g",
+            {"old": NOW - timedelta(days=40)},
+        )
+    pruners = [Engine(store, EngineConfig(f"p{i}", keep_runs_days=30, prune_batch=3)) for i in range(3)]
+    deleted = await asyncio.gather(*(p.prune_runs(NOW) for p in pruners))
+    assert sum(deleted) == 50 and runs(dsn, "old") == []
+    for pruner in pruners:
+        await pruner.firer.close()
+
+
+async def test_serve_prunes_the_history_beside_its_claims(store: Store, dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, finished_at) VALUES "
+            "('old', %(old)s, 'scheduled', 'failed', %(old)s), ('new', %(new)s, 'scheduled', 'succeeded', %(new)s)",
+            {"old": datetime.now(UTC) - timedelta(days=31), "new": datetime.now(UTC) - timedelta(days=29)},
+        )
+    engine = Engine(store, EngineConfig("pruning", keep_runs_days=30, max_sleep=0.2))
+    stop = asyncio.Event()
+    serving = asyncio.create_task(engine.serve(stop))
+    try:
+        assert await async_wait_until(lambda: not runs(dsn, "old"), 30)
+        assert len(runs(dsn, "new")) == 1  # inside the 30 days
+    finally:
+        stop.set()
+        await serving
+
+
 async def test_concurrent_flushes_never_drop_a_result(store: Store, dsn: str, engine: Engine) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         ids = [
