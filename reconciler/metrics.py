@@ -7,17 +7,21 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from reconciler.store import Store
+from reconciler.store import Row, Store
 
 log = logging.getLogger("reconciler.metrics")
 REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
 QUERY_SECONDS = 2.0  # at most this long per refresh: a database that hangs costs a stale value, never a scrape
+TASK_SERIES_LIMIT = 10_000  # tasks with per-task series (the first by id): a bound on what one scrape carries
 
 if TYPE_CHECKING:
     from reconciler.claim import Claimed, Report
@@ -53,6 +57,8 @@ class EngineMetrics:
         self.up = Gauge("reconciler_engine_up", "1 while the engine runs", registry=registry)
         self.up.set(1)
         self._claimed_by: dict[int, str] = {}
+        self.health = Health()
+        registry.register(self.health)
 
     def claimed(self, report: Report) -> None:
         self.claim_seconds.observe(report.seconds)
@@ -66,6 +72,66 @@ class EngineMetrics:
         sent = outcome.attempts[0].sent_at if outcome.attempts else 0.0
         if sent:
             self.fire_lag.observe(max(0.0, sent - claimed.scheduled_for.timestamp()))
+
+
+def _stamp(moment: datetime | None) -> float:
+    return moment.timestamp() if moment is not None else math.nan
+
+
+class Health:
+    """Per-task and per-engine gauges from the last read of the database (see refresh_gauges), so a
+    scrape never waits for it. Each engine reports every task of its sources: alert on min or max
+    by task. Series: four per enabled task (at most TASK_SERIES_LIMIT tasks) and one per engine
+    seen in the last hour."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Row] = []
+        self.engines: list[Row] = []
+        self.now = math.nan  # the engine's clock at the last read
+        self.read_at = math.nan  # time.time() of the last read
+
+    def collect(self) -> Iterator[Metric]:
+        last = GaugeMetricFamily(
+            "reconciler_task_last_success_timestamp_seconds",
+            "When the task's last succeeded run finished (NaN: no success in the kept history)",
+            labels=["task"],
+        )
+        failing = GaugeMetricFamily(
+            "reconciler_task_failing", "1 when the task's last finished run failed or was lost", labels=["task"]
+        )
+        upcoming = GaugeMetricFamily(
+            "reconciler_task_next_run_timestamp_seconds", "The task's next occurrence (NaN: none)", labels=["task"]
+        )
+        overdue = GaugeMetricFamily(
+            "reconciler_task_overdue_seconds",
+            "How long the due occurrence has waited unclaimed",
+            labels=["task"],
+        )
+        for row in self.tasks:
+            task = [row["id"]]
+            last.add_metric(task, _stamp(row["last_success"]))
+            failing.add_metric(task, 1.0 if row["failing"] else 0.0)
+            upcoming.add_metric(task, _stamp(row["next_run_at"]))
+            overdue.add_metric(task, max(0.0, self.now - _stamp(row["next_run_at"])) if row["next_run_at"] else 0.0)
+        seen = GaugeMetricFamily(
+            "reconciler_engine_last_seen_timestamp_seconds",
+            "Each engine's last heartbeat (engines seen in the last hour)",
+            labels=["engine"],
+        )
+        for row in self.engines:
+            seen.add_metric([row["engine_id"]], row["last_seen"].timestamp())
+        age = GaugeMetricFamily(
+            "reconciler_task_health_age_seconds", "Seconds since the per-task gauges were read (NaN: never)"
+        )
+        age.add_metric([], time.time() - self.read_at)
+        yield from (last, failing, upcoming, overdue, seen, age)
+
+    async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
+        async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
+            params = {"now": now, "sources": sources, "limit": TASK_SERIES_LIMIT}
+            tasks = await Store.fetch(conn, "task_health", params)
+            engines = await Store.fetch(conn, "engines_seen", params)
+        self.tasks, self.engines, self.now, self.read_at = tasks, engines, now.timestamp(), time.time()
 
 
 async def _database_ok(store: Store) -> bool:
@@ -85,14 +151,15 @@ async def refresh_gauges(metrics: EngineMetrics, engine: Engine, store: Store) -
     exactly during an outage.
     """
     while True:
+        now, sources = engine.clock.now(), list(engine.config.sources)
         try:
             async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-                params = {"now": engine.clock.now(), "sources": list(engine.config.sources)}
-                [row] = await Store.fetch(conn, "due_backlog", params)
+                [row] = await Store.fetch(conn, "due_backlog", {"now": now, "sources": sources})
             metrics.backlog.set(row["due"])
             metrics.backlog_read_at = time.time()
-        except Exception as exc:  # the database away: the value ages, the scrape goes on
-            log.debug("backlog not refreshed: %s", type(exc).__name__)
+            await metrics.health.read(store, now, sources)
+        except Exception as exc:  # the database away: the values age, the scrape goes on
+            log.debug("gauges not refreshed: %s", type(exc).__name__)
         await asyncio.sleep(REFRESH_SECONDS)
 
 

@@ -316,6 +316,25 @@ SELECT count(*) AS due FROM scheduler.tasks
  WHERE enabled AND next_run_at <= %(now)s
    AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
 
+-- name: task_health
+-- Per enabled task, for the metrics: its next run, its last success, and whether its last
+-- finished run (not counting skipped ones) failed or was lost. Two index lookups per task.
+SELECT t.id, t.next_run_at,
+       (SELECT r.finished_at FROM scheduler.runs r
+         WHERE r.task_id = t.id AND r.status = 'succeeded' ORDER BY r.id DESC LIMIT 1) AS last_success,
+       (SELECT r.status IN ('failed', 'lost') FROM scheduler.runs r
+         WHERE r.task_id = t.id AND r.status IN ('succeeded', 'failed', 'lost', 'missed')
+         ORDER BY r.id DESC LIMIT 1) AS failing
+  FROM scheduler.tasks t
+ WHERE t.enabled AND (cardinality(%(sources)s::text[]) = 0 OR t.source = ANY(%(sources)s::text[]))
+ ORDER BY t.id
+ LIMIT %(limit)s;
+
+-- name: engines_seen
+-- Engines that sent a heartbeat in the last hour (one that died without saying goodbye stays
+-- visible that long, for the alert on it).
+SELECT engine_id, last_seen FROM scheduler.engines WHERE last_seen > %(now)s - interval '1 hour';
+
 -- name: runs_finish_many
 -- Results are written in batches; a late result still wins over `lost`: what happened is recorded.
 UPDATE scheduler.runs r

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -94,6 +95,46 @@ async def test_due_backlog_counts_enabled_due_tasks(
         return found["reconciler_due_backlog"] == [({}, 2.0)] and found["reconciler_due_backlog_age_seconds"][0][1] < 60
 
     assert await async_wait_until(counted, 60, step=0.2)
+
+
+async def test_per_task_gauges_tell_failing_and_overdue_tasks_and_engines_heartbeats(
+    store: Store, engine: Engine, metrics_url: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/bad", statuses=[500])
+    await setup(store, tmp_path, {"ok": cron(f"{url}/ok"), "bad": cron(f"{url}/bad"), "yearly": cron(url, "0 0 1 1 *")})
+    await engine.run_once(NOW + timedelta(minutes=5))
+    later = NOW + timedelta(minutes=12)  # ok and bad are due again at 12:10, and nobody claims them
+    engine.clock = FixedClock(later)
+    await engine.heartbeat(later)
+
+    async def read() -> dict[str, dict[str, float]]:
+        found = await scrape(metrics_url)
+        return {
+            name.removeprefix("reconciler_task_"): {labels["task"]: value for labels, value in found.get(name, [])}
+            for name in (
+                "reconciler_task_failing",
+                "reconciler_task_overdue_seconds",
+                "reconciler_task_last_success_timestamp_seconds",
+                "reconciler_task_next_run_timestamp_seconds",
+            )
+        } | {
+            "engines": {
+                labels["engine"]: v for labels, v in found.get("reconciler_engine_last_seen_timestamp_seconds", [])
+            }
+        }
+
+    async def refreshed() -> bool:  # read in the background, every few seconds
+        return (await read())["overdue_seconds"].get("ok") == 120.0
+
+    assert await async_wait_until(refreshed, 60, step=0.2)
+    got = await read()
+    assert got["failing"] == {"ok": 0.0, "bad": 1.0, "yearly": 0.0}
+    assert got["overdue_seconds"] == {"ok": 120.0, "bad": 120.0, "yearly": 0.0}
+    assert got["next_run_timestamp_seconds"]["ok"] == (NOW + timedelta(minutes=10)).timestamp()
+    success = got["last_success_timestamp_seconds"]
+    assert success["ok"] > 0 and math.isnan(success["bad"]) and math.isnan(success["yearly"])
+    assert got["engines"] == {engine.config.engine_id: later.timestamp()}
 
 
 @needs_pgserver
