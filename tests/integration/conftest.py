@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from reconciler.engine import Engine, EngineConfig
+from reconciler.metrics import serve_metrics
 from reconciler.store import Store
 from reconciler.targets import Firer
-from tests.integration.engine_support import SECRET
+from tests.integration.engine_support import SECRET, free_addr
 
 
 @pytest.fixture
@@ -18,3 +19,12 @@ async def engine(store: Store) -> AsyncIterator[Engine]:
     made = Engine(store, EngineConfig("test-engine"), firer)
     yield made
     await firer.close()
+
+
+@pytest.fixture
+async def metrics_url(store: Store, engine: Engine) -> AsyncIterator[str]:
+    """The engine's /metrics endpoint (`engine --metrics-addr`), served in this process."""
+    addr = free_addr()
+    server = await serve_metrics(addr, engine, store)
+    yield f"http://{addr}"
+    server.close()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import psycopg
+from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
@@ -43,3 +46,21 @@ def next_run(dsn: str, task_id: str) -> datetime | None:
     assert row is not None
     value: datetime | None = row[0]
     return value
+
+
+def free_addr() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """`url`/metrics, by sample name: each sample's labels and value."""
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"{url}/metrics")
+    assert response.status_code == 200
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found

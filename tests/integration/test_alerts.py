@@ -19,8 +19,7 @@ from reconciler.engine import Engine
 from reconciler.store import Store
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, setup
-from tests.integration.test_metrics import metrics_url, scrape  # noqa: F401 - the fixture, by name
+from tests.integration.engine_support import NOW, cron, scrape, setup
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"
@@ -76,7 +75,7 @@ async def test_every_metric_the_rules_and_dashboard_name_is_served(
     engine: Engine,
     metrics_url: str,
     http: tuple[str, Recorder],
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     url, rec = http
     rec.script("/bad", statuses=[500])

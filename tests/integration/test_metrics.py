@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import math
-import socket
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.clock import FixedClock
 from reconciler.engine import Engine, EngineConfig
@@ -21,33 +17,8 @@ from reconciler.store import Store
 from reconciler.targets import Firer
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, setup
+from tests.integration.engine_support import NOW, cron, free_addr, scrape, setup
 from tests.pgcontrol import PrivateServer, needs_pgserver
-
-
-def free_addr() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
-
-
-@pytest.fixture
-async def metrics_url(store: Store, engine: Engine) -> AsyncIterator[str]:
-    addr = free_addr()
-    server = await serve_metrics(addr, engine, store)
-    yield f"http://{addr}"
-    server.close()
-
-
-async def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    async with httpx.AsyncClient() as client:
-        response = await client.get(f"{url}/metrics")
-    assert response.status_code == 200
-    found: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            found.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return found
 
 
 async def test_metrics_counters_match_run_rows(
