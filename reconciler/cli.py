@@ -294,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = resolve(args.handler)(args)  # in the try: a Ctrl-C during the import exits 130 too
         return code
     except UserError as exc:
+        flush_logs()  # the lines logged before it come first
         print(error_line(str(exc), args.log_format), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

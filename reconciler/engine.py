@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -179,15 +180,16 @@ class Engine:
         """One pass over the run history: delete finished runs beyond `policy.keep_runs` per task and
         older than `keep_runs_days`, `prune_batch` rows at a time until none is left (or `max_batches`).
 
+        Only the runs of the engine's sources (`engine --source`; every source when none is given).
         Sized to the backlog, so retention keeps up with any rate of runs, and gentle: each batch is
-        a short transaction locking only the rows it deletes (replicas pruning at once skip each
-        other's), and the pass rests as long as each batch took, so it takes at most half of one
-        database backend beside the claims."""
+        a short transaction locking only the rows it deletes (replicas pruning by age at once skip
+        each other's), and the pass rests as long as each batch took, so it takes at most half of
+        one database backend beside the claims."""
         batch = self.config.prune_batch
-        rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", {"batch": batch})]
+        scope = {"batch": batch, "sources": list(self.config.sources)}
+        rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", scope)]
         if self.config.keep_runs_days is not None:
-            before = now - timedelta(days=self.config.keep_runs_days)
-            rules.append(("runs_prune_age", {"batch": batch, "before": before}))
+            rules.append(("runs_prune_age", {**scope, "before": now - timedelta(days=self.config.keep_runs_days)}))
         deleted = 0
         for name, params in rules:
             for _ in itertools.count() if max_batches is None else range(max_batches):
@@ -202,20 +204,20 @@ class Engine:
             log.info("pruned %d finished run(s) from the history", deleted, extra={"fields": {"pruned": deleted}})
         return deleted
 
-    async def prune_forever(self, stop: asyncio.Event) -> None:
-        """serve()'s pruner, beside its claims: a pass (see prune_runs) every prune_seconds. History
-        that cannot be pruned now is pruned later; a database away is the claim loop's to report."""
+    async def _every(
+        self, stop: asyncio.Event, seconds: float, work: Callable[[], Awaitable[object]], what: str
+    ) -> None:
+        """`work` now and then every `seconds` until `stop`, beside serve()'s claims (the heartbeat,
+        the pruner): what fails is tried again next time; a database away is the claim loop's to report."""
         while not stop.is_set():
             try:
-                await self.prune_runs(self.clock.now())
+                await work()
             except DB_FAULTS:
                 pass
             except Exception as exc:
-                log.warning(
-                    "pruning the run history failed (%s); next try in %g s", one_line(exc), self.config.prune_seconds
-                )
+                log.warning("%s failed (%s); next try in %g s", what, one_line(exc), seconds)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.config.prune_seconds)
+                await asyncio.wait_for(stop.wait(), timeout=seconds)
 
     async def heartbeat(self, now: datetime) -> None:
         async with self.store.connection() as conn:
@@ -320,19 +322,30 @@ class Engine:
         loop turn, so one claim at a time left the queue empty while it ran (see _may_claim)."""
         listener: psycopg.AsyncConnection[Any] | None = None
         backoff = 0.5
-        last_beat = 0.0
-        flusher = asyncio.create_task(self.results.writer(lambda: stop.is_set() and not self.in_flight))
-        pruner = asyncio.create_task(self.prune_forever(stop))
+        # The writer ends once stopped with nothing in flight, nor claims whose runs the drain fires.
+        flusher = asyncio.create_task(
+            self.results.writer(lambda: stop.is_set() and not self.in_flight and not self.claims)
+        )
+        beside = [
+            asyncio.create_task(
+                self._every(stop, self.config.heartbeat_seconds, lambda: self.heartbeat(self.clock.now()), "heartbeat")
+            ),
+            asyncio.create_task(
+                self._every(
+                    stop,
+                    self.config.prune_seconds,
+                    lambda: self.prune_runs(self.clock.now()),
+                    "pruning the run history",
+                )
+            ),
+        ]
         while not stop.is_set():
             try:
+                if self._collect():  # first: claims that ended go to the queue, listener or not
+                    backoff = 0.5
                 if listener is None:
                     listener = await self.store.listen()
-                if self._collect():
-                    backoff = 0.5
                 now = self.clock.now()
-                if time.monotonic() - last_beat >= self.config.heartbeat_seconds:
-                    await self.heartbeat(now)
-                    last_beat = time.monotonic()
                 if not self._more_due and not self.claims:  # the last claim took all that was due
                     await self._wait(listener, await self._warm_then_sleep(), stop)
                     self._more_due = True
@@ -355,8 +368,9 @@ class Engine:
                         await listener.close()
                 listener = None
                 backoff = await back_off(stop, backoff)
-        pruner.cancel()
-        await asyncio.gather(pruner, return_exceptions=True)
+        for task in beside:
+            task.cancel()
+        await asyncio.gather(*beside, return_exceptions=True)
         await self._finish_claims()
         await self.drain(flusher)
         if listener is not None:
@@ -371,24 +385,37 @@ class Engine:
         return not self.claims or (limit >= self.wake_room and len(self.claims) < CLAIMS_AT_ONCE)
 
     def _collect(self) -> int:
-        """Queue the runs of the claims that ended (and start workers); re-raise a claim's error.
+        """Queue the runs of the claims that ended (and start workers); then re-raise the first
+        error of those that failed (one warning and one back-off however many failed together).
         The number of claims that succeeded."""
-        succeeded = 0
+        succeeded, error = 0, None
         for task in [t for t in self.claims if t.done()]:
             limit = self.claims.pop(task)
+            if task.cancelled():
+                continue
+            if (exc := task.exception()) is not None:
+                error = error or exc
+                continue
             report = task.result()
             self._measure(report)
             self.queue.extend(report.runs)
             self._fill()
             self._more_due = report.claimed_tasks >= limit  # less than asked for: nothing more is due now
             succeeded += 1
+        if error is not None:
+            raise error
         return succeeded
 
     async def _finish_claims(self) -> None:
-        """At stop: the claims running end (bounded); their runs are fired in the drain like the
-        others queued. A claim that fails or is cut off leaves nothing to fire."""
-        if self.claims:
-            await asyncio.wait(self.claims, timeout=self.config.drain_seconds)
+        """At stop: the claims running end (bounded by --drain-seconds, cut short by `hurry`); their
+        runs are fired in the drain like the others queued. A claim that fails or is cut off
+        leaves nothing to fire."""
+        hurry = asyncio.ensure_future(self.hurry.wait())
+        deadline = time.monotonic() + self.config.drain_seconds
+        while not all(t.done() for t in self.claims) and not self.hurry.is_set() and time.monotonic() < deadline:
+            waiting = [*self.claims, hurry]
+            await asyncio.wait(waiting, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED)
+        hurry.cancel()
         for task in self.claims:
             task.cancel()
         await asyncio.gather(*self.claims, return_exceptions=True)

@@ -55,7 +55,7 @@ class TurnHandler(logging.StreamHandler[TextIO]):
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
         self._pending: list[str] = []
-        self._due = False  # a flush is scheduled on the loop
+        self._due: object = None  # the loop a flush is scheduled on (one that stopped first runs none)
 
     def emit(self, record: logging.LogRecord) -> None:  # called with the handler's lock held
         try:
@@ -71,13 +71,13 @@ class TurnHandler(logging.StreamHandler[TextIO]):
         if loop is None:
             self.flush()
             return
-        if not self._due:
-            self._due = True
+        if self._due is not loop:
+            self._due = loop
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
         with self.lock or _NO_LOCK:
-            self._due = False
+            self._due = None
             if self._pending:
                 text = "".join(self._pending)
                 self._pending.clear()

@@ -368,14 +368,18 @@ DELETE FROM scheduler.runs WHERE id IN (
             OFFSET LEAST((t.spec -> 'policy' ->> 'keep_runs')::numeric, 1000000000)::bigint
              LIMIT %(batch)s) old
      WHERE jsonb_typeof(t.spec -> 'policy' -> 'keep_runs') = 'number'
+       AND (cardinality(%(sources)s::text[]) = 0 OR t.source = ANY(%(sources)s::text[]))
      LIMIT %(batch)s);
 
 -- name: runs_prune_age
--- --keep-runs-days: finished runs older than the cut-off, whatever their task. Rows another
--- replica's pruner is deleting are skipped, not waited for.
+-- --keep-runs-days: finished runs older than the cut-off, of the engine's sources (every
+-- source's, and those of deleted tasks, when it has none). Rows another replica's pruner is
+-- deleting are skipped, not waited for.
 DELETE FROM scheduler.runs WHERE id IN (
     SELECT id FROM scheduler.runs
      WHERE finished_at < %(before)s AND status NOT IN ('queued', 'running')
+       AND (cardinality(%(sources)s::text[]) = 0
+            OR task_id IN (SELECT id FROM scheduler.tasks WHERE source = ANY(%(sources)s::text[])))
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED);
 

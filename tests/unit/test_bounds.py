@@ -289,7 +289,8 @@ def test_unreadable_file_and_directory_are_errors(tmp_path: Path, monkeypatch: p
         (COUNT, "10001", False),
         (COUNT, "1.5", False),
         (KEEP_DAYS, "0.5", True),
-        (KEEP_DAYS, "0", False),
+        (KEEP_DAYS, "0", True),  # keep every run
+        (KEEP_DAYS, "-1", False),
         (KEEP_DAYS, "nan", False),
         (KEEP_DAYS, "1e10", False),
         (SECONDS, "0", True),

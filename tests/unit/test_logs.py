@@ -84,3 +84,26 @@ def test_a_line_logged_as_the_loop_ends_is_not_lost() -> None:
     asyncio.run(main())
     logger.handlers[0].flush()  # what cli.main does before it returns (flush_logs)
     assert stream.getvalue() == "last words\n"
+
+
+def test_a_loop_that_stops_before_its_flush_does_not_hold_back_the_next_loops_lines() -> None:
+    stream = CountingStream()
+    logger = make_logger(stream)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(asyncio.sleep(0))
+
+    async def log_and_stop() -> None:
+        logger.info("first loop")
+        asyncio.get_running_loop().stop()  # stops before the flush scheduled for this turn runs
+
+    stopping = loop.create_task(log_and_stop())
+    loop.run_forever()
+    assert stopping.done()
+    loop.close()
+
+    async def main() -> None:
+        logger.info("second loop")
+        await asyncio.sleep(0)
+        assert stream.getvalue() == "first loop\nsecond loop\n"
+
+    asyncio.run(main())
