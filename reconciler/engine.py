@@ -410,18 +410,24 @@ class Engine:
         """At stop: the claims running end (bounded by --drain-seconds, cut short by `hurry`); their
         runs are fired in the drain like the others queued. A claim that fails or is cut off
         leaves nothing to fire."""
-        hurry = asyncio.ensure_future(self.hurry.wait())
-        deadline = time.monotonic() + self.config.drain_seconds
-        while not all(t.done() for t in self.claims) and not self.hurry.is_set() and time.monotonic() < deadline:
-            waiting = [*self.claims, hurry]
-            await asyncio.wait(waiting, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED)
-        hurry.cancel()
+        await self._while_running(lambda: {t for t in self.claims if not t.done()})
         for task in self.claims:
             task.cancel()
         await asyncio.gather(*self.claims, return_exceptions=True)
         while self.claims:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 self._collect()
+
+    async def _while_running(self, running: Callable[[], set[asyncio.Task[Any]]]) -> None:
+        """Until `running()` is empty, for at most --drain-seconds, cut short by `hurry` (a second Ctrl-C)."""
+        hurry = asyncio.ensure_future(self.hurry.wait())
+        deadline = time.monotonic() + self.config.drain_seconds
+        try:
+            while (tasks := running()) and not self.hurry.is_set() and time.monotonic() < deadline:
+                waiting = {*tasks, hurry}
+                await asyncio.wait(waiting, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurry.cancel()
 
     async def _settle(self, stop: asyncio.Event, timeout: float) -> None:
         """Until a claim ends, `stop`, `timeout`, or workers make room for a claim (`_slot_freed`;
@@ -469,11 +475,7 @@ class Engine:
 
     async def drain(self, flusher: asyncio.Task[None]) -> None:
         """Let in-flight runs finish (bounded, cut short by `hurry`), write their results (bounded), say goodbye."""
-        hurry = asyncio.create_task(self.hurry.wait())
-        deadline = time.monotonic() + self.config.drain_seconds
-        while self.workers and not self.hurry.is_set() and time.monotonic() < deadline:
-            waiting = {*self.workers, hurry}
-            await asyncio.wait(waiting, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED)
+        await self._while_running(lambda: set(self.workers))
         left = self.in_flight
         self.queue.clear()  # stopped now: these runs, and those cut off below, end `lost` when their leases expire
         for worker in list(self.workers):
@@ -491,7 +493,6 @@ class Engine:
             log.warning(
                 "%d result(s) could not be written before exit; their leases will expire", len(self.results.pending)
             )
-        hurry.cancel()
         with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
             async with self.store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -76,7 +77,7 @@ class TurnHandler(logging.StreamHandler[TextIO]):
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        with self.lock or _NO_LOCK:
+        with self.lock or contextlib.nullcontext():
             self._due = None
             if self._pending:
                 text = "".join(self._pending)
@@ -86,17 +87,6 @@ class TurnHandler(logging.StreamHandler[TextIO]):
                     self.stream.flush()
                 except (OSError, ValueError):  # stderr closed or gone: nothing to tell it with
                     pass
-
-
-class _NoLock:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_LOCK = _NoLock()
 
 
 def flush_logs() -> None:

@@ -414,10 +414,3 @@ class Firer:
             await self.sleep(seconds)
         finally:
             self.resting -= 1
-
-
-def lease_seconds(spec: TaskSpec, margin: float = 30.0) -> float:
-    """How long a run may hold its slot: every attempt's timeout, every backoff, jitter, a margin."""
-    policy = spec.policy
-    attempts = policy.retries + 1
-    return float(spec.target.timeout_seconds) * attempts + policy.backoff_total + policy.jitter_seconds + margin
