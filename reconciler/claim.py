@@ -211,22 +211,23 @@ class Claimer:
         self.batch = batch
         self.sources = sources
         self.lease_margin = lease_margin
-        # task id → (md5 of the stored spec text, spec, schedule): the text's md5, not spec_hash, decides
-        # whether the cached spec is the row's (a hand edit of `spec` alone changes no hash). The claim
-        # reads the md5 of every due row and the text of only those not compiled yet: a burst's
-        # claim result is a tenth of the bytes, which a busy event loop reads in as many fewer turns.
-        self._compiled: dict[str, tuple[str, TaskSpec, Schedule]] = {}
+        # task id → (64-bit hash of the stored spec text, spec, schedule): the text's hash, not
+        # spec_hash, decides whether the cached spec is the row's (a hand edit of `spec` alone changes
+        # no spec_hash). The claim reads the hash of every due row and the text of only those not
+        # compiled yet: a burst's claim result is a tenth of the bytes, which a busy event loop reads
+        # in as many fewer turns.
+        self._compiled: dict[str, tuple[int, TaskSpec, Schedule]] = {}
         self._schedules: dict[str, SharedSchedule] = {}  # schedule_key → the schedule its tasks share
 
     def _cold(self, rows: list[Row]) -> list[str]:
-        """The ids of rows (id, spec_md5) whose stored spec is not the one compiled."""
-        return [r["id"] for r in rows if self._compiled.get(r["id"], ("",))[0] != r["spec_md5"]]
+        """The ids of rows (id, spec_key) whose stored spec is not the one compiled."""
+        return [r["id"] for r in rows if self._compiled.get(r["id"], (None,))[0] != r["spec_key"]]
 
-    def _compile(self, task_id: str, spec_md5: str, texts: Mapping[str, str]) -> tuple[TaskSpec, Schedule]:
+    def _compile(self, task_id: str, spec_key: int, texts: Mapping[str, str]) -> tuple[TaskSpec, Schedule]:
         """The task's spec and schedule, validated once per stored text (a changed task replaces its
         entry); `texts` holds the stored text of every task `_cold` named."""
         cached = self._compiled.get(task_id)
-        if cached is None or cached[0] != spec_md5:
+        if cached is None or cached[0] != spec_key:
             spec = TaskSpec.model_validate_json(texts[task_id])
             if cached is None and len(self._compiled) >= MAX_COMPILED:
                 for old in list(self._compiled)[: MAX_COMPILED // 2]:  # the oldest half: recompiled when due
@@ -237,7 +238,7 @@ class Claimer:
                 if len(self._schedules) >= MAX_COMPILED:
                     self._schedules.clear()
                 shared = self._schedules[key] = SharedSchedule(compile_schedule(spec))
-            cached = self._compiled[task_id] = (spec_md5, spec, shared)
+            cached = self._compiled[task_id] = (spec_key, spec, shared)
         return cached[1], cached[2]
 
     async def warm(self, until: datetime, budget: float) -> int:
@@ -251,7 +252,7 @@ class Claimer:
             rows = await Store.fetch(conn, "tasks_specs", {"ids": cold}) if cold else []
         for count, row in enumerate(rows, 1):
             with contextlib.suppress(Exception):  # a spec that does not validate fails its run in the claim
-                self._compile(row["id"], row["spec_md5"], {row["id"]: row["spec_text"]})
+                self._compile(row["id"], row["spec_key"], {row["id"]: row["spec_text"]})
             if count % 50 == 0:
                 if time.monotonic() >= deadline:
                     return count
@@ -298,7 +299,7 @@ class Claimer:
             for row in due:
                 task_id = row["id"]
                 try:
-                    spec, schedule = self._compile(task_id, row["spec_md5"], texts)
+                    spec, schedule = self._compile(task_id, row["spec_key"], texts)
                     free = spec.policy.max_running_instances - held.get(task_id, 0)
                     occurrences, following = due_occurrences(schedule, row["next_run_at"], now)
                     decisions = decide(occurrences, now, spec.policy, free)
@@ -376,7 +377,7 @@ class Claimer:
             task_id = row["task_id"]
             status, error = "running", None
             try:
-                spec, _ = self._compile(task_id, row["spec_md5"], {task_id: row["spec_text"]})
+                spec, _ = self._compile(task_id, row["spec_key"], {task_id: row["spec_text"]})
             except Exception as exc:  # as in the scheduled claim: this run fails, the others go on
                 status, error = "failed", f"invalid stored spec: {one_line(exc)}"
             else:

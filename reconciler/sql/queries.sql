@@ -140,7 +140,7 @@ SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
 -- name: claim_due
 -- The claim: due rows, oldest first, skipping rows another replica holds.
 -- %(sources)s scopes an engine (`engine --source`); empty: every source.
-SELECT id, hashtextextended(spec::text, 0) AS spec_md5, next_run_at FROM scheduler.tasks
+SELECT id, hashtextextended(spec::text, 0) AS spec_key, next_run_at FROM scheduler.tasks
  WHERE enabled AND next_run_at <= %(now)s
    AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
  ORDER BY next_run_at
@@ -149,21 +149,21 @@ SELECT id, hashtextextended(spec::text, 0) AS spec_md5, next_run_at FROM schedul
 
 -- name: tasks_due_before
 -- The engine validates the specs of soon-due tasks while it waits (see Claimer.warm).
-SELECT id, hashtextextended(spec::text, 0) AS spec_md5 FROM scheduler.tasks
+SELECT id, hashtextextended(spec::text, 0) AS spec_key FROM scheduler.tasks
  WHERE enabled AND next_run_at <= %(until)s
    AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
  ORDER BY next_run_at
  LIMIT %(limit)s;
 
 -- name: tasks_specs
-SELECT id, spec::text AS spec_text, hashtextextended(spec::text, 0) AS spec_md5 FROM scheduler.tasks WHERE id = ANY(%(ids)b::text[]);
+SELECT id, spec::text AS spec_text, hashtextextended(spec::text, 0) AS spec_key FROM scheduler.tasks WHERE id = ANY(%(ids)b::text[]);
 
 -- name: claim_queued
 -- Manual runs queued by `reconciler trigger`, oldest first, only as many of a task as it has
 -- free slots (max_running_instances less its live leases): a run that must wait stays queued
 -- and does not take a place in the batch. The claim counts the slots again under the task's
 -- lock; this is the cheap first cut.
-SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, hashtextextended(t.spec::text, 0) AS spec_md5
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, hashtextextended(t.spec::text, 0) AS spec_key
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE r.id IN (
         SELECT q.id FROM (
