@@ -17,6 +17,8 @@ from typing import Any
 from reconciler import revision
 from reconciler.errors import UserError
 from reconciler.loader import LoadResult, Stored, Task, read_files
+from reconciler.notifier_plan import attach_notifiers, notifier_rows, write_notifiers
+from reconciler.notifiers import Notifiers
 from reconciler.plan import Change, Plan, make_plan
 from reconciler.revision import LiveRevision, Revision
 from reconciler.store import Conn, Store, TaskRow
@@ -178,17 +180,26 @@ class ApplyResult:
 
 
 async def apply_tasks(
-    store: Store, tasks: list[Task], source: str, now: datetime, options: ApplyOptions = ApplyOptions()
+    store: Store,
+    tasks: list[Task],
+    source: str,
+    now: datetime,
+    options: ApplyOptions = ApplyOptions(),
+    notifiers: Notifiers | None = None,
 ) -> ApplyResult:
-    """Plan against the locked current state and write the diff in one transaction."""
+    """Plan against the locked current state and write the diff in one transaction (the source's
+    notifiers too, unless `notifiers` is None: then they are left as they are)."""
     async with store.transaction() as conn:
         await Store.lock_apply(conn)
         rows = await Store.tasks(conn)
         plan = make_plan(tasks, rows, source, now, prune=options.prune)
+        if notifiers is not None:
+            attach_notifiers(plan, notifiers, await notifier_rows(conn), tasks, rows)
         judge(plan, rows, await live_revision(conn, source), options)
         if plan.refused:
             raise PlanRefused("; ".join(plan.refused))
         writes = [c for c in plan.changes if c.writes]
+        await write_notifiers(conn, plan.notifiers, source)
         await write_changes(conn, writes, source, now, options.revision.revision)
         await record_apply(conn, plan, now, options.revision)
         if writes:
@@ -199,7 +210,7 @@ async def apply_tasks(
             ids = [c.id for c in writes]
             payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
             await Store.notify(conn, json.dumps(payload))
-    return ApplyResult(plan, len(writes))
+    return ApplyResult(plan, len(writes) + len(plan.notifiers))
 
 
 async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision) -> None:
@@ -244,7 +255,12 @@ async def load_files(store: Store, tasks_dir: Path, display_root: str | None = N
 
 
 async def read_plan(
-    store: Store, tasks: list[Task], source: str, now: datetime, options: ApplyOptions = ApplyOptions()
+    store: Store,
+    tasks: list[Task],
+    source: str,
+    now: datetime,
+    options: ApplyOptions = ApplyOptions(),
+    notifiers: Notifiers | None = None,
 ) -> Plan:
     """A read-only plan with apply's verdict: no lock, no DDL, no rows written.
 
@@ -255,7 +271,11 @@ async def read_plan(
         tables = have.columns
         rows = await Store.tasks(conn) if "tasks" in tables else []
         live = await live_revision(conn, source) if "applies" in tables else None
-    plan = judge(make_plan(tasks, rows, source, now, prune=options.prune), rows, live, options)
+        stored = await notifier_rows(conn) if "notifiers" in tables else []
+    plan = make_plan(tasks, rows, source, now, prune=options.prune)
+    if notifiers is not None:
+        attach_notifiers(plan, notifiers, stored, tasks, rows)
+    plan = judge(plan, rows, live, options)
     if "tasks" not in tables:
         plan.schema_missing = True
         plan.warnings.append("the database has no scheduler schema yet: apply will create it")

@@ -21,6 +21,8 @@ from typing import Any, Literal
 from reconciler.clock import utc_text
 from reconciler.errors import one_line
 from reconciler.models import Policy, TaskSpec
+from reconciler.notifiers import subscriptions
+from reconciler.notify import Ended, Event, claim_events, ended_of, outbox_rows, record_ended
 from reconciler.store import Row, Store
 from reconciler.targets import idempotency_key
 from reconciler.triggers import Fire, Schedule, compile_schedule, schedule_key
@@ -276,6 +278,7 @@ class Claimer:
             )
             for row in lost:
                 report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
+            await record_ended(conn, lost_ends(lost), now)
             ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
             held: dict[str, int] = {}
             texts: dict[str, str] = {}  # the stored text of due tasks not compiled yet, read under their locks
@@ -296,6 +299,7 @@ class Claimer:
             inserts: list[tuple[str, Decision]] = []
             advance: dict[str, datetime | None] = {}
             specs: dict[str, TaskSpec] = {}
+            events: list[Event] = []
             for row in due:
                 task_id = row["id"]
                 try:
@@ -309,6 +313,9 @@ class Claimer:
                     advance[task_id] = None
                     continue
                 specs[task_id] = spec
+                if spec.notify is not None:
+                    missed = [d.scheduled_for for d in decisions if d.status == "missed"]
+                    events += claim_events(spec, task_id, occurrences, missed, now)
                 held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
                 inserts.extend((task_id, d) for d in decisions)
                 advance[task_id] = following
@@ -320,6 +327,9 @@ class Claimer:
             statements += self._take_leases(manual, lease_for, now)
             if advance:
                 statements.append(("tasks_advance", {"ids": list(advance), "nexts": list(advance.values())}))
+            if events:  # last: the first statement's rows are the runs inserted (see below)
+                subs_of = {e.task_id: subscriptions(specs[e.task_id].normalized()) for e in events}
+                statements.append(("notifications_insert", outbox_rows(events, subs_of, now)))
             sent = await Store.send(conn, statements)
         # Committed: the inserted rows came back with the COMMIT, in the same round trip.
         report.runs.extend(self._claimed(inserts, await sent[0].fetchall() if inserts else [], specs, report))
@@ -399,3 +409,14 @@ class Claimer:
         params = {"engine_id": self.engine_id, "now": now, "seconds": [leases[run.task_id] for run in runs]}
         ids = {"task_ids": [c.task_id for c in runs], "run_ids": [c.run_id for c in runs]}
         return [("leases_insert", {**params, **ids})]
+
+
+def lost_ends(lost: Sequence[Row]) -> list[Ended]:
+    """The runs a claim found lost whose tasks hear of it (`lost`, and `recovery` after)."""
+    ends = []
+    for row in lost:
+        found = ended_of(row["task_id"], None, row["notify"])
+        if found is not None:
+            detail = {"error": row["error"]}
+            ends.append(Ended(row["task_id"], row["id"], row["scheduled_for"], "lost", *found, detail=detail))
+    return ends

@@ -41,6 +41,11 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
 
     parser.add_argument("--tasks-dir", default=default("tasks.d"), help="task files directory (default tasks.d)")
     parser.add_argument(
+        "--notifiers-dir",
+        default=default(None),
+        help="notifier files directory (default notifiers.d beside the tasks directory)",
+    )
+    parser.add_argument(
         "--dsn", default=default(None), help="PostgreSQL DSN (else RECONCILER_DSN, DATABASE_URL, embedded)"
     )
     parser.add_argument(
@@ -222,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fmt(runs, "json")
 
+    notifications = add(
+        "notifications",
+        "commands_db:cmd_notifications",
+        "notifications, newest first: task, event, notifier, delivery state",
+    )
+    notifications.add_argument("--status", choices=["pending", "delivered", "failed"])
+    notifications.add_argument("--task", metavar="ID", help="only this task's notifications")
+    notifications.add_argument("--limit", type=LIMIT, default=50)
+    fmt(notifications, "json")
+
     trigger = add("trigger", "commands_db:cmd_trigger", "queue one manual run now (schedule untouched)")
     trigger.add_argument("id", metavar="ID")
     trigger.add_argument(
@@ -272,6 +287,11 @@ def scope_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     args.source = given[-1] if given else "default"
 
 
+def beside(folder: str, name: str) -> str:
+    """The path of `name` next to `folder` as written (`--tasks-dir .` has `../name` beside it, not `name`)."""
+    return os.path.normpath(os.path.join(folder, os.pardir, name))
+
+
 def resolve(handler: str) -> Handler:
     """The function a command's "module:function" names, below `reconciler`.
 
@@ -283,13 +303,20 @@ def resolve(handler: str) -> Handler:
     return function
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; return its exit code."""
-    tune_gc()
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with the defaults that depend on other options filled in."""
     parser = build_parser()
     args = parser.parse_args(argv)
     scope_sources(parser, args)
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
+    args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code."""
+    tune_gc()
+    args = parse(argv)
     try:
         code: int = resolve(args.handler)(args)  # in the try: a Ctrl-C during the import exits 130 too
         return code

@@ -27,6 +27,7 @@ from reconciler.environment import EnvPolicy, globs, policy_errors, unset_errors
 from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, DatabaseUnavailable, UserError
 from reconciler.loader import LoadResult, fire_warnings, load_dir
 from reconciler.models import year_problem
+from reconciler.notifiers import Notifiers, load_notifiers, subscription_errors
 from reconciler.revision import detect
 from reconciler.triggers import upcoming
 
@@ -45,14 +46,25 @@ def err(line: str) -> None:
 
 
 def load_or_report(args: argparse.Namespace, loaded: LoadResult | None = None) -> LoadResult | None:
-    """Load tasks.d (unless `loaded` is what was); print every error and return None if there is any."""
+    """Load tasks.d (unless `loaded` is what was) and notifiers.d; print every error and return None
+    if there is any. Subscriptions to unknown notifiers are checked here when every task file was
+    parsed (`loaded` None), else by the plan (an unchanged file's spec is its row's)."""
     result = loaded if loaded is not None else load_dir(Path(args.tasks_dir), args.tasks_dir)
+    result.notifiers = notifiers = notifier_files(args)
+    result.errors = [*result.errors, *notifiers.errors]
+    if loaded is None:
+        result.errors += subscription_errors(result.tasks, {}, notifiers)
     for error in result.errors:
         err(str(error))
     if result.errors:
         err(f"{len(result.errors)} error(s) in {args.tasks_dir}; nothing was changed")
         return None
     return result
+
+
+def notifier_files(args: argparse.Namespace) -> Notifiers:
+    """--notifiers-dir (default notifiers.d beside --tasks-dir), loaded; none when it does not exist."""
+    return load_notifiers(Path(args.notifiers_dir), args.notifiers_dir)
 
 
 def parse_instant(text: str, option: str) -> datetime:
@@ -172,7 +184,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     options = verdict_options(args)
 
     async def work(store: Store, loaded: LoadResult) -> Plan:
-        return await read_plan(store, loaded.tasks, args.source, utcnow(), options)
+        return await read_plan(store, loaded.tasks, args.source, utcnow(), options, loaded.notifiers)
 
     plan = with_files(args, work)
     if plan is None:
@@ -220,7 +232,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
         # Only apply records a revision; plan needs none, so it runs no `git log`.
         options = replace(verdict_options(args, saved), revision=detect(Path(args.tasks_dir), args.revision))
-        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options)
+        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options, loaded.notifiers)
         print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, args.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK
@@ -238,6 +250,8 @@ async def apply_files(store: Store, args: argparse.Namespace) -> None:
     try:
         # Loading reads the database too (unchanged files are not parsed): a lost connection is reported alike.
         loaded = await load_files(store, Path(args.tasks_dir), args.tasks_dir)
+        loaded.notifiers = notifier_files(args)
+        loaded.errors += loaded.notifiers.errors
         if loaded.errors:
             for error in loaded.errors:
                 err(str(error))
@@ -245,7 +259,7 @@ async def apply_files(store: Store, args: argparse.Namespace) -> None:
             return
         # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
         options = ApplyOptions(prune=not args.no_prune, revision=detect(Path(args.tasks_dir), None))
-        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options)
+        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options, loaded.notifiers)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return

@@ -1,4 +1,4 @@
-"""The commands on the database's state: db, status, history, runs, trigger, cancel, explain, down.
+"""The commands on the database's state: db, status, history, runs, notifications, trigger, cancel, explain, down.
 
 Each takes parsed arguments and returns an exit code; cli.py imports this module only when one of them runs.
 """
@@ -18,12 +18,12 @@ from reconciler.clock import local_text, utc_text, utcnow
 from reconciler.commands import parse_instant, with_store
 from reconciler.embedded import database_label, home_for, stop_embedded
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, one_line
-from reconciler.explain import TaskState, explain, occurrences_around, span
+from reconciler.explain import TaskState, explain, notified_line, occurrences_around, span
 from reconciler.grants import grants_sql
 from reconciler.masking import mask_text
 from reconciler.models import TaskSpec
 from reconciler.plan import is_drifted
-from reconciler.store import Row, Store, TaskRow
+from reconciler.store import Conn, Row, Store, TaskRow
 from reconciler.triggers import compile_schedule
 
 ENGINE_LIVE_SECONDS = 30
@@ -239,6 +239,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 ) from None
             lo, hi = span(shown, at)
             runs = await Store.fetch(conn, "runs_between", {"task_id": args.id, "lo": lo, "hi": hi})
+            runs = await with_notifications(conn, runs)
         task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
         lines = explain(task, shown, runs, at, now)
         changed = row["revision"] or "unknown (applied without a revision)"
@@ -248,40 +249,106 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def listing(
+    conn: Conn, query: str, task_id: str | None, status: str | None, limit: int
+) -> tuple[list[Row], bool]:
+    """The rows of a history `query` (`runs_list`, `notifications_list`), and whether `task_id` is known:
+    a deleted task's history stays, so an id is known if a task or any row of that history has it."""
+    rows = await Store.fetch(conn, query, {"task_id": task_id, "status": status, "limit": limit})
+    if rows or task_id is None:
+        return rows, True
+    known = bool(await Store.fetch(conn, "task_get", {"id": task_id})) or bool(
+        await Store.fetch(conn, query, {"task_id": task_id, "status": None, "limit": 1})
+    )
+    return rows, known
+
+
+def unknown_task(task_id: str, history: str) -> UserError:
+    return UserError(
+        f"unknown task {task_id!r}: no such task and no {history} recorded; see `reconciler status` for the ids"
+    )
+
+
+def nothing_recorded(history: str, status: str | None, task_id: str | None) -> str:
+    """`no failed runs of ID recorded yet`: an empty listing, in one line."""
+    which = f"{status} {history}" if status else history
+    of = f" of {render.safe(task_id)}" if task_id else ""
+    return f"no {which}{of} recorded yet"
+
+
+def masked(row: Row, *keys: str) -> Row:
+    """The row with the free text under `keys` masked (errors and excerpts may quote a credential)."""
+    return {**row, **{key: mask_text(row[key]) if row[key] else None for key in keys}}
+
+
+async def with_notifications(conn: Conn, runs: list[Row]) -> list[Row]:
+    """Each run with the notifications it caused (errors masked) under `notifications`, in one query for
+    all; none where the outbox is missing or unreadable (a database, or a role's grants, from before it)."""
+    notes: dict[int, list[Row]] = {}
+    if runs and (await Store.fetch(conn, "notifications_readable"))[0]["readable"]:
+        run_ids = [run["id"] for run in runs]
+        for note in await Store.fetch(conn, "notifications_of_runs", {"run_ids": run_ids}):
+            notes.setdefault(note["run_id"], []).append(masked(note, "error"))
+    return [{**run, "notifications": notes.get(run["id"], [])} for run in runs]
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     """Run history, newest first; an id that names no task and no recorded run is an error."""
 
     async def work(store: Store) -> tuple[list[Row], bool]:
         async with store.connection() as conn:
-            params = {"task_id": args.id, "status": args.status, "limit": args.limit}
-            rows = await Store.fetch(conn, "runs_list", params)
-            if rows or args.id is None:
-                return rows, True
-            # A deleted task's runs stay in the history: the id is known if the task or any run has it.
-            known = bool(await Store.fetch(conn, "task_get", {"id": args.id})) or bool(
-                await Store.fetch(conn, "runs_list", {"task_id": args.id, "status": None, "limit": 1})
-            )
-        return rows, known
+            rows, known = await listing(conn, "runs_list", args.id, args.status, args.limit)
+            return await with_notifications(conn, rows), known
 
     found, known = with_store(args, work)
     if not known:
-        raise UserError(
-            f"unknown task {args.id!r}: no such task and no runs recorded; see `reconciler status` for the ids"
-        )
-    rows = [
-        {
-            **r,
-            "error": mask_text(r["error"]) if r["error"] else None,
-            "response_excerpt": mask_text(r["response_excerpt"]) if r["response_excerpt"] else None,
-        }
-        for r in found
-    ]
+        raise unknown_task(args.id, "runs")
+    rows = [masked(r, "error", "response_excerpt") for r in found]
+    if args.format == "json":
+        data = [{**run, "notifications": render.json_rows(run["notifications"])} for run in render.json_rows(rows)]
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    if not rows:
+        print(nothing_recorded("runs", args.status, args.id))
+        return EXIT_OK
+    print(render.runs_text(rows, args.verbose, lambda run: [notified_line(note) for note in run["notifications"]]))
+    return EXIT_OK
+
+
+NOTIFICATIONS_HEADER = ["ID", "CREATED (UTC)", "TASK", "EVENT", "NOTIFIER", "RUN", "STATUS", "TRY", "HTTP", "ERROR"]
+
+
+def cmd_notifications(args: argparse.Namespace) -> int:
+    """The notification outbox, newest first: what was sent for which task, and how its delivery went."""
+
+    async def work(store: Store) -> tuple[list[Row], bool]:
+        async with store.connection() as conn:
+            return await listing(conn, "notifications_list", args.task, args.status, args.limit)
+
+    found, known = with_store(args, work)
+    if not known:
+        raise unknown_task(args.task, "notifications")
+    rows = [masked(r, "error") for r in found]
     if args.format == "json":
         print(json.dumps(render.json_rows(rows), indent=2))
         return EXIT_OK
     if not rows:
-        status = f"{args.status} " if args.status else ""
-        print(f"no {status}runs" + (f" of {render.safe(args.id)}" if args.id else "") + " recorded yet")
+        print(nothing_recorded("notifications", args.status, args.task))
         return EXIT_OK
-    print(render.runs_text(rows, verbose=args.verbose))
+    cells = [
+        [
+            str(r["id"]),
+            utc_text(r["created_at"]),
+            r["task_id"],
+            r["event"],
+            r["notifier"],
+            str(r["run_id"] or "-"),
+            r["status"],
+            str(r["attempts"]),
+            str(r["http_status"] or "-"),
+            r["error"] or "",
+        ]
+        for r in rows
+    ]
+    print("\n".join(render.table(NOTIFICATIONS_HEADER, cells, right=(0, 5, 7, 8))))  # every cell escaped there
     return EXIT_OK

@@ -26,6 +26,7 @@ from reconciler.claim import Claimed, Claimer, Report
 from reconciler.clock import SYSTEM, Clock, utc_iso, utc_text
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
+from reconciler.notify import NOTIFY_POLL_SECONDS, Deliverer, Ended, ended_of, late_scan
 from reconciler.results import DB_FAULTS, Results, attempt_params
 from reconciler.store import Store
 from reconciler.targets import Attempt, Firer, Outcome
@@ -85,7 +86,8 @@ class Engine:
         self.firer = firer or Firer(concurrency=config.concurrency, policy=EnvPolicy(config.allow_env))
         self.clock = clock
         self.claimer = Claimer(store, config.engine_id, config.batch, config.sources, config.lease_margin)
-        self.results = Results(store)
+        self.results = Results(store, clock)
+        self.deliverer = Deliverer(store, config.engine_id, EnvPolicy(config.allow_env), clock)
         # Claimed runs wait in `queue` for one of at most --concurrency workers, each of which fires
         # run after run with no task, callback or semaphore wait per run (see _worker).
         self.queue: deque[Claimed] = deque()
@@ -131,9 +133,18 @@ class Engine:
         except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
             log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__)
             outcome = Outcome("failed", [Attempt(1, error=f"engine error while firing: {type(exc).__name__}")])
-        self.results.add(
-            {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status, "finished_at": self.clock.now()}
-        )
+        result = {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status}
+        result["finished_at"] = self.clock.now()
+        if claimed.spec.notify is not None and (found := ended_of(claimed.task_id, claimed.spec, None)):
+            detail = {
+                "http_status": outcome.last.http_status,
+                "error": result["error"],
+                "attempt": outcome.last.attempt,
+            }
+            result["ended"] = Ended(
+                claimed.task_id, claimed.run_id, claimed.scheduled_for, outcome.status, *found, detail
+            )
+        self.results.add(result)
         last = outcome.last
         log.log(
             logging.INFO if outcome.status == "succeeded" else logging.WARNING,
@@ -338,6 +349,14 @@ class Engine:
                     "pruning the run history",
                 )
             ),
+            asyncio.create_task(
+                self._every(stop, NOTIFY_POLL_SECONDS, self.deliverer.deliver_due, "sending notifications")
+            ),
+            asyncio.create_task(
+                self._every(
+                    stop, self.config.heartbeat_seconds, lambda: late_scan(self.store, self.clock.now()), "late scan"
+                )
+            ),
         ]
         while not stop.is_set():
             try:
@@ -497,3 +516,4 @@ class Engine:
             async with self.store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})
         await self.firer.close()
+        await self.deliverer.close()

@@ -131,7 +131,7 @@ def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: 
         run = by_time.get(fire.at)
         outcome = _run_text(run) if run else _missing_text(task, fire, now)
         lines.append(f"  {fire_line(fire, zone)}  → {outcome}")
-        lines += _response(run)
+        lines += _under(run)
     if not shown:
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
     for fire in _skipped_by_gap_policy(spec, shown):
@@ -139,14 +139,31 @@ def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: 
     manual = [r for r in runs if r["kind"] == "manual"]
     for run in manual:
         lines.append(f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run)}")
-        lines += _response(run)
+        lines += _under(run)
     return lines
 
 
-def _response(run: dict[str, Any] | None) -> list[str]:
-    """The stored response excerpt under a run's line (the command masks and escapes every line)."""
-    excerpt = run.get("response_excerpt") if run else None
-    return [f"      response: {excerpt}"] if excerpt else []
+def _under(run: dict[str, Any] | None) -> list[str]:
+    """Under a run's line: its stored response excerpt and the notifications it caused (the command
+    masks and escapes every line)."""
+    if run is None:
+        return []
+    excerpt = run.get("response_excerpt")
+    lines = [f"      response: {excerpt}"] if excerpt else []
+    return lines + [f"      {notified_line(note)}" for note in run.get("notifications", [])]
+
+
+def notified_line(note: dict[str, Any]) -> str:
+    """A notification a run caused: `notified oncall: delivered`, `… pending (attempt 2, HTTP 500: timed out)`;
+    a delivered one names its attempt only when it took more than one, and no earlier attempt's error."""
+    attempts = note["attempts"] or 0
+    if note["status"] == "delivered":
+        detail = f"attempt {attempts}" if attempts > 1 else ""
+    else:
+        facts = [f"attempt {attempts}"] if attempts else []
+        facts += [f"HTTP {note['http_status']}"] if note.get("http_status") is not None else []
+        detail = ": ".join(part for part in (", ".join(facts), note.get("error") or "") if part)
+    return f"notified {note['notifier']}: {note['status']}" + (f" ({detail})" if detail else "")
 
 
 def _when(moment: datetime | None, zone: ZoneInfo) -> str:

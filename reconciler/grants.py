@@ -24,6 +24,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "runs": ("SELECT",),
         "engines": ("SELECT",),
         "applies": ("SELECT",),
+        "notifiers": ("SELECT",),
+        "notifications": ("SELECT",),
     },
     "applier": {
         "tasks": ("SELECT", "INSERT", "UPDATE", "DELETE"),
@@ -32,18 +34,24 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "run_leases": ("SELECT", "UPDATE(task_id)"),
         "engines": ("SELECT",),
         "applies": ("SELECT", "INSERT"),
+        "notifiers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "notifications": ("SELECT",),
     },
     "engine": {
         "tasks": ("SELECT", "UPDATE(next_run_at)"),
         "runs": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "run_leases": ("SELECT", "INSERT", "DELETE"),
         "engines": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # notifiers are read, never written: a leaked engine credential cannot redirect them either
+        "notifiers": ("SELECT",),
+        "notifications": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "notify_state": ("SELECT", "INSERT", "UPDATE"),
     },
 }
 
 # What each role may run (for the README and the comments of the generated SQL).
 ROLE_COMMANDS: dict[str, str] = {
-    "planner": "plan, status, runs, explain, export, history",
+    "planner": "plan, status, runs, notifications, explain, export, history",
     "applier": "the planner's commands, apply, watch, trigger",
     "engine": "engine",
 }

@@ -10,18 +10,21 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from pydantic import TypeAdapter, ValidationError
 
 from reconciler.models import TaskSpec, Trigger, did_you_mean, id_problem, suggestion, zone_problem
 from reconciler.triggers import Schedule, TriggerError, compile_schedule, never_fires, trigger_instants
+
+if TYPE_CHECKING:
+    from reconciler.notifiers import Notifiers
 
 TAG_NAMES = {"cron", "interval", "calendar", "once", "bearer", "basic", "oauth2_client_credentials"}
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a task file is a few hundred bytes; this bounds parse time and stored size
@@ -156,6 +159,7 @@ def spec_hash(normalized: dict[str, Any]) -> str:
 class LoadResult:
     tasks: list[Task]
     errors: list[FileError]
+    notifiers: Notifiers | None = None  # notifiers.d, when the command reads it (see commands.load_or_report)
 
     @property
     def ok(self) -> bool:
@@ -289,7 +293,12 @@ def _allowed_keys() -> dict[tuple[str, ...], list[str]]:
     def names(model: type[models.Model]) -> list[str]:
         return sorted(info.alias or name for name, info in model.model_fields.items())
 
-    allowed = {(): names(models.TaskSpec), ("target",): names(models.Target), ("policy",): names(models.Policy)}
+    allowed = {
+        (): names(models.TaskSpec),
+        ("target",): names(models.Target),
+        ("policy",): names(models.Policy),
+        ("notify",): names(models.Notify),
+    }
     for trigger in (models.CronTrigger, models.IntervalTrigger, models.CalendarTrigger, models.OnceTrigger):
         allowed[("trigger", trigger.model_fields["kind"].annotation.__args__[0])] = names(trigger)  # type: ignore[union-attr]
     for auth in (models.BearerAuth, models.BasicAuth, models.OAuth2ClientCredentials):
@@ -439,10 +448,18 @@ def load_text(
     problem = id_problem(task_id)
     if problem:
         return None, [FileError(display, 0, "id", f"{problem}; rename the file")]
+    data, problems = parse_toml(display, source)
+    if data is None:
+        return None, problems
+    return validate_data(task_id, display, data, source, digest)
+
+
+def parse_toml(display: str, source: str) -> tuple[dict[str, Any] | None, list[FileError]]:
+    """A file's text as TOML data, or the one-line error that says why it is not."""
     if len(source) > MAX_FILE_BYTES:
         return None, [FileError(display, 0, "(file)", TOO_BIG)]
     try:
-        data = tomllib.loads(source)
+        return tomllib.loads(source), []
     except RecursionError:
         line = _deep_line(source)
         return None, [FileError(display, line, "toml", f"nested more than {MAX_DEPTH} levels deep; flatten it")]
@@ -459,7 +476,6 @@ def load_text(
         where = re.search(r"\d{4300}", source)
         line = source.count("\n", 0, where.start()) + 1 if where else 0
         return None, [FileError(display, line, "toml", "integer out of range; TOML integers are 64-bit")]
-    return validate_data(task_id, display, data, source, digest)
 
 
 def _deep_line(source: str) -> int:
@@ -529,6 +545,28 @@ def _checkable_trigger(data: dict[str, Any]) -> tuple[Trigger, ZoneInfo] | None:
         return None
 
 
+ErrorAt = Callable[[tuple[str, ...], str], FileError]  # (key path, message) → the file's error at that key
+
+
+def model_errors(
+    exc: ValidationError, allowed: dict[tuple[str, ...], list[str]], defused: list[tuple[str, ...]], error: ErrorAt
+) -> list[FileError]:
+    """A model's validation errors as the file's errors (`defused`: key paths already reported as hostile)."""
+    errors = []
+    problems = exc.errors()
+    misspelt = _misspelt(problems, allowed)
+    for problem in problems:
+        loc = _clean_loc(problem["loc"])
+        if problem["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, "kind")
+        if problem["type"] == "missing" and loc in misspelt:
+            continue  # "unknown key 'tokn'; did you mean 'token'?" says it
+        # An unknown key is about the key, not the value: reported even when the value was defused.
+        if problem["type"] == "extra_forbidden" or not any(loc[: len(bad)] == bad for bad in defused):
+            errors.append(error(loc, _message(problem, allowed, loc)))
+    return errors
+
+
 def validate_data(
     task_id: str, display: str, data: dict[str, Any], source: str = "", digest: str | None = None
 ) -> tuple[Task | None, list[FileError]]:
@@ -555,18 +593,7 @@ def validate_data(
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
-        allowed = _allowed_keys()
-        problems = exc.errors()
-        misspelt = _misspelt(problems, allowed)
-        for problem in problems:
-            loc = _clean_loc(problem["loc"])
-            if problem["type"] in ("union_tag_invalid", "union_tag_not_found"):
-                loc = (*loc, "kind")
-            if problem["type"] == "missing" and loc in misspelt:
-                continue  # "unknown key 'tokn'; did you mean 'token'?" says it
-            # An unknown key is about the key, not the value: reported even when the value was defused.
-            if problem["type"] == "extra_forbidden" or not any(loc[: len(bad)] == bad for bad, _ in hostile):
-                errors.append(error(loc, _message(problem, allowed, loc)))
+        errors += model_errors(exc, _allowed_keys(), [bad for bad, _ in hostile], error)
     checkable = _checkable_trigger(data) if spec is None else None
     if spec is not None:
         try:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class EngineMetrics:
-    """Observer of one engine: counts runs by task and status, fire lag, claim duration."""
+    """Observer of one engine: counts runs by task and status, fire lag, claim duration, notification sends."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.runs = Counter("reconciler_runs", "Runs recorded by this engine", ["task", "status"], registry=registry)
@@ -59,6 +59,15 @@ class EngineMetrics:
         self._claimed_by: dict[int, str] = {}
         self.health = Health()
         registry.register(self.health)
+        self.notifications = Counter(
+            "reconciler_notifications",
+            "Notification delivery attempts by this engine; outcome: delivered, retry (failed, tried again "
+            "later) or failed (gave up). Series: notifiers x events (5) x outcomes (3)",
+            ["notifier", "event", "outcome"],
+            registry=registry,
+        )
+        self.outbox = Outbox()
+        registry.register(self.outbox)
 
     def claimed(self, report: Report) -> None:
         self.claim_seconds.observe(report.seconds)
@@ -72,6 +81,10 @@ class EngineMetrics:
         sent = outcome.attempts[0].sent_at if outcome.attempts else 0.0
         if sent:
             self.fire_lag.observe(max(0.0, sent - claimed.scheduled_for.timestamp()))
+
+    def notified(self, notifier: str, event: str, outcome: str) -> None:
+        """One delivery attempt of a notification: `outcome` is delivered, retry or failed (gave up)."""
+        self.notifications.labels(notifier, event, outcome).inc()
 
 
 def _stamp(moment: datetime | None) -> float:
@@ -134,6 +147,40 @@ class Health:
         self.tasks, self.engines, self.now, self.read_at = tasks, engines, now.timestamp(), time.time()
 
 
+# (metric, column of the notifications_health query, help): the outbox as last read.
+OUTBOX_GAUGES = (
+    (
+        "reconciler_notifications_pending",
+        "pending",
+        "Notifications neither delivered nor given up: due, being sent or waiting for a retry",
+    ),
+    ("reconciler_notifications_failed", "failed", "Notifications created in the last 24 h that gave up"),
+    (
+        "reconciler_notification_oldest_pending_age_seconds",
+        "oldest_due_seconds",
+        "How long the longest-waiting due notification has been due: since it was written, or since its retry "
+        "time (one waiting for its retry or being sent is not due); 0: none due",
+    ),
+)
+
+
+class Outbox:
+    """The notification outbox's gauges (OUTBOX_GAUGES) for the engine's sources, from the last read of
+    the database (see refresh_gauges), so a scrape never waits for it. Series: three."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        for name, column, doc in OUTBOX_GAUGES:
+            yield GaugeMetricFamily(name, f"{doc} (NaN: not read yet)", value=self.values.get(column, math.nan))
+
+    async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
+        async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
+            [row] = await Store.fetch(conn, "notifications_health", {"now": now, "sources": sources})
+        self.values = {column: float(value) for column, value in row.items()}
+
+
 async def _database_ok(store: Store) -> bool:
     try:
         async with asyncio.timeout(3), store.connection() as conn:
@@ -158,6 +205,7 @@ async def refresh_gauges(metrics: EngineMetrics, engine: Engine, store: Store) -
             metrics.backlog.set(row["due"])
             metrics.backlog_read_at = time.time()
             await metrics.health.read(store, now, sources)
+            await metrics.outbox.read(store, now, sources)  # last: an outbox read that fails costs only its own gauges
         except Exception as exc:  # the database away: the values age, the scrape goes on
             log.debug("gauges not refreshed: %s", type(exc).__name__)
         await asyncio.sleep(REFRESH_SECONDS)
@@ -168,6 +216,7 @@ async def serve_metrics(addr: str, engine: Engine, store: Store) -> Endpoint:
     registry = CollectorRegistry()
     metrics = EngineMetrics(registry)
     engine.observers.append(metrics)
+    engine.deliverer.observers.append(metrics)
     host, _, port = addr.rpartition(":")
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -684,7 +684,7 @@ class Target(Model):
         _literal_secrets(value, "query parameter")
         return value
 
-    cross_checks = ((("json_body", "body"), lambda v: _one_body(**v)),)
+    cross_checks: ClassVar[tuple[CrossCheck, ...]] = ((("json_body", "body"), lambda v: _one_body(**v)),)
 
 
 def _one_body(json_body: JsonValue, body: str | None) -> str | None:
@@ -727,6 +727,38 @@ def _retry_wait_problem(retries: int, retry_backoff_seconds: float) -> str | Non
     )
 
 
+NOTIFY_EVENTS = ("failure", "recovery", "missed", "lost", "late")
+MAX_SUBSCRIPTIONS = 20  # notifiers per event
+
+
+def _notifier_name(value: str) -> str:
+    if not ID_SEGMENT.fullmatch(value):
+        raise ValueError(
+            f"{value[:MAX_NAME]!r} is not a notifier name: the file name of notifiers.d/NAME.toml, "
+            "matching [a-z0-9][a-z0-9_.-]{0,62}"
+        )
+    return value
+
+
+NotifierName = Annotated[str, AfterValidator(_notifier_name)]
+Subscribers = Annotated[list[NotifierName], Field(max_length=MAX_SUBSCRIPTIONS)]
+
+
+class Notify(Model):
+    """`[notify]`: which notifiers (files of notifiers.d/, of the task's own source) hear of which events."""
+
+    failure: Subscribers = Field(default_factory=list)  # a run failed after its retries, the task not failing before
+    recovery: Subscribers = Field(default_factory=list)  # the first success after a failure or a lost run
+    missed: Subscribers = Field(default_factory=list)  # a claim recorded missed occurrences
+    lost: Subscribers = Field(default_factory=list)  # a run's engine died holding it (as failure: on a change of state)
+    late: Subscribers = Field(default_factory=list)  # an occurrence still unclaimed late_after_seconds after it was due
+    late_after_seconds: int | None = Field(default=None, ge=1, le=MAX_MISFIRE_GRACE_SECONDS)
+    repeat_every_seconds: int | None = Field(default=None, ge=60, le=MAX_MISFIRE_GRACE_SECONDS)
+
+    def names(self) -> set[str]:
+        return {name for event in NOTIFY_EVENTS for name in getattr(self, event)}
+
+
 class TaskSpec(Model):
     """The content of one task file."""
 
@@ -738,6 +770,7 @@ class TaskSpec(Model):
     trigger: Trigger
     target: Target
     policy: Policy = Field(default_factory=Policy)
+    notify: Notify | None = None  # absent from the stored spec when not given (older specs keep their hash)
 
     @field_validator("timezone")
     @classmethod

@@ -7,12 +7,15 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from reconciler.loader import FileError, Task, spec_hash
 from reconciler.revision import LiveRevision
 from reconciler.store import TaskRow
 from reconciler.triggers import dst_warnings, never_fires, upcoming
+
+if TYPE_CHECKING:
+    from reconciler.notifier_plan import NotifierChange
 
 Op = Literal["create", "update", "delete", "move", "noop"]
 FORMAT_VERSION = 2
@@ -89,6 +92,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     live: LiveRevision | None = None
     schema_missing: bool = False
+    notifiers: list[NotifierChange] = field(default_factory=list)  # see notifier_plan.attach_notifiers
 
     def count(self, op: str) -> int:
         return sum(1 for c in self.changes if c.op == op)
@@ -101,7 +105,7 @@ class Plan:
 
     @property
     def has_changes(self) -> bool:
-        return any(c.writes for c in self.changes)
+        return any(c.writes for c in self.changes) or bool(self.notifiers)
 
     @property
     def digest(self) -> str:
@@ -111,7 +115,10 @@ class Plan:
             for c in self.changes
             if c.writes
         ]
-        text = json.dumps([self.source, shown], sort_keys=True, default=str, ensure_ascii=True)
+        described: list[Any] = [self.source, shown]
+        if self.notifiers:  # absent otherwise: a plan without notifier changes keeps its digest
+            described.append([[n.op, n.name, [[f.path, f.old, f.new] for f in n.fields]] for n in self.notifiers])
+        text = json.dumps(described, sort_keys=True, default=str, ensure_ascii=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 

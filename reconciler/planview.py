@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_text, when_text
 from reconciler.masking import mask_path, mask_spec, mask_url
 from reconciler.models import Policy
 from reconciler.plan import FORMAT_VERSION, Change, FieldDiff, Plan
+
+if TYPE_CHECKING:
+    from reconciler.notifier_plan import NotifierChange
 from reconciler.render import iso, safe
 
 SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
@@ -81,6 +84,30 @@ def _spec_lines(spec: dict[str, Any]) -> list[str]:
     if spec.get("enabled") is False:
         lines.append("enabled: false")
     return lines
+
+
+def notifier_summary(spec: dict[str, Any]) -> str:
+    """`webhook POST https://host/path (…)` or `slack (URL from $NAME; timeout 10 s)`."""
+    if spec.get("kind") == "slack":
+        url = spec.get("url")
+        name = url.get("env", "?") if isinstance(url, dict) else "?"
+        return f"slack (URL from ${name}; timeout {spec.get('timeout_seconds', '?')} s)"
+    return "webhook " + target_summary({"target": spec})
+
+
+def notifier_lines(change: NotifierChange, marks: dict[str, str]) -> list[str]:
+    """One notifier change: its head, then `path: live → desired` (or what it sends to, created or deleted)."""
+    mark = marks[change.op]
+    lines = [f"{mark} notifier {change.name}"]
+    lines += [f"{mark}     {f.path}: {_value(f.path, f.old)} → {_value(f.path, f.new)}" for f in change.fields]
+    spec = change.after if change.op == "create" else change.before if change.op == "delete" else None
+    if spec is not None:
+        lines.append(f"{mark}     {notifier_summary(spec)}")
+    return [safe(line) for line in lines]
+
+
+def _notifier_blocks(plan: Plan, marks: dict[str, str]) -> list[str]:
+    return [line for change in plan.notifiers for line in notifier_lines(change, marks)]
 
 
 def _details(change: Change, zone: ZoneInfo) -> list[str]:
@@ -166,6 +193,7 @@ def plan_text(plan: Plan, colour: bool = False) -> str:
             code = COLOURS.get(_kind(change), "0")
             block[0] = f"\x1b[{code}m{block[0]}\x1b[0m"
         out.extend(block)
+    out += _notifier_blocks(plan, SYMBOLS)
     if not plan.has_changes:
         out.append("No changes. The database matches the task files.")
     out += [safe(f"warning: {w}") for w in plan.warnings]
@@ -292,8 +320,15 @@ def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
     if plan.warnings:
         head += ["⚠️ **Warnings:**", "", fence(_capped(plan.warnings), "text"), ""]
     head += [*_summary_table(plan), ""]
+    if plan.notifiers:
+        head += [
+            f"**Notifiers: {len(plan.notifiers)} change(s)**",
+            "",
+            fence(_notifier_blocks(plan, DIFF_MARKS), "diff"),
+        ]
+        head += [""]
     changes = shown(plan)
-    if not changes:
+    if not changes and not plan.notifiers:
         head += ["No changes. The database matches the task files.", ""]
     tail = ["<sub>" + " · ".join(md_text(item) for item in _footer(plan)) + "</sub>"]
     used = sum(len(line) + 1 for line in head + tail)
@@ -346,7 +381,7 @@ def change_dict(change: Change) -> dict[str, object]:
 def plan_dict(plan: Plan) -> dict[str, object]:
     """The json plan, format_version 2 (README, "Plan json")."""
     live = plan.live
-    return {
+    out: dict[str, object] = {
         "format_version": FORMAT_VERSION,
         "source": plan.source,
         "refused": plan.refused,
@@ -359,6 +394,20 @@ def plan_dict(plan: Plan) -> dict[str, object]:
         "state_fingerprint": plan.state_fingerprint,
         "files_fingerprint": plan.files_fingerprint,
     }
+    if plan.notifiers:  # only then: a plan without notifier changes reads as before
+        out["notifiers"] = [
+            {
+                "op": n.op,
+                "name": n.name,
+                "fields": [
+                    {"path": f.path, "old": mask_path(f.path, f.old), "new": mask_path(f.path, f.new)} for f in n.fields
+                ],
+                "before": _masked(n.before),
+                "after": _masked(n.after),
+            }
+            for n in plan.notifiers
+        ]
+    return out
 
 
 def plan_json(plan: Plan) -> str:

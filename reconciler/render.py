@@ -10,7 +10,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
@@ -206,9 +206,12 @@ def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revi
 # ---------------------------------------------------------------- runs
 
 
-def runs_text(rows: list[dict[str, Any]], verbose: bool = False) -> str:
+def runs_text(
+    rows: list[dict[str, Any]], verbose: bool = False, under: Callable[[dict[str, Any]], list[str]] | None = None
+) -> str:
     """`reconciler runs` for a terminal (values already masked): one aligned row per run; `verbose` adds
-    the engine, the times and the stored response excerpt under each."""
+    the engine, the times and the stored response excerpt under each; `under`, more lines under each
+    (the notifications it caused)."""
     header = ["RUN", "TASK", "SCHEDULED FOR (UTC)", "KIND", "STATUS", "TRY", "HTTP", "ERROR"]
     cells = [
         [
@@ -229,6 +232,8 @@ def runs_text(rows: list[dict[str, Any]], verbose: bool = False) -> str:
         out.append(line)
         if verbose:
             out += [safe(f"    {detail}") for detail in _run_details(r)]
+        if under is not None:
+            out += [safe(f"    {extra}") for extra in under(r)]
     return "\n".join(out)
 
 

@@ -15,8 +15,10 @@ from typing import Any
 
 import psycopg
 
+from reconciler.clock import SYSTEM, Clock
 from reconciler.environment import storable
 from reconciler.errors import DatabaseUnavailable, one_line
+from reconciler.notify import record_ended
 from reconciler.store import Store
 from reconciler.targets import Attempt
 
@@ -42,8 +44,9 @@ def attempt_params(run_id: int, attempt: Attempt) -> Result:
 class Results:
     """Finished runs' results, queued until `flush` writes them in one transaction."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, clock: Clock = SYSTEM) -> None:
         self.store = store
+        self.clock = clock
         self.pending: list[Result] = []
         self._arrived = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -111,7 +114,9 @@ class Results:
             "durations": [r["duration_ms"] for r in rows],
             "excerpts": [r["excerpt"] for r in rows],
         }
-        async with self.store.pipelined_transaction() as conn:  # one round trip
+        ended = [r["ended"] for r in rows if r.get("ended") is not None]
+        # One round trip; one more when tasks with subscriptions ended (their events go in the same transaction).
+        async with self.store.pipelined_transaction() as conn:
             await Store.send(
                 conn,
                 [
@@ -120,6 +125,7 @@ class Results:
                     ("runs_finish_notify", run_ids),
                 ],
             )
+            await record_ended(conn, ended, self.clock.now())
 
     async def writer(self, done: Callable[[], bool]) -> None:
         """Background writer for serve(): small batches, retried while the database is away, until `done()`."""

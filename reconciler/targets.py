@@ -25,7 +25,7 @@ import yarl
 
 from reconciler.clock import utc_iso, utc_stamp, utcnow
 from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets
-from reconciler.models import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, TaskSpec
+from reconciler.models import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, Target, TaskSpec
 
 EXCERPT_BYTES = 1024
 TOKEN_REFRESH_MARGIN = 30.0
@@ -274,9 +274,8 @@ class Firer:
         return RunSecrets(self.env, self.policy)
 
     async def _headers(
-        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, key: str, attempt: int, secrets: RunSecrets
+        self, target: Target, task_id: str, scheduled_for: datetime, key: str, attempt: int, secrets: RunSecrets
     ) -> dict[str, str]:
-        target = spec.target
         headers = {
             name: header_value(name, value, secrets, f"target.headers.{name}") for name, value in target.headers.items()
         }
@@ -297,8 +296,7 @@ class Firer:
             headers["Authorization"] = aiohttp.encode_basic_auth(username, password)
         return headers
 
-    def _request_args(self, spec: TaskSpec, secrets: RunSecrets) -> dict[str, Any]:
-        target = spec.target
+    def _request_args(self, target: Target, secrets: RunSecrets) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"allow_redirects": False}
         if target.query:
             kwargs["params"] = {
@@ -311,14 +309,13 @@ class Firer:
         return kwargs
 
     async def _exchange(
-        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, key: str, attempt: Attempt, secrets: RunSecrets
+        self, target: Target, task_id: str, scheduled_for: datetime, key: str, attempt: Attempt, secrets: RunSecrets
     ) -> None:
         """Build, send and read one attempt (the caller bounds it with the deadline)."""
-        target = spec.target
-        kwargs = self._request_args(spec, secrets)
+        kwargs = self._request_args(target, secrets)
         session = self.session()
         for refresh in (False, True):
-            headers = await self._headers(spec, task_id, scheduled_for, key, attempt.attempt, secrets)
+            headers = await self._headers(target, task_id, scheduled_for, key, attempt.attempt, secrets)
             attempt.sent_at = time.time()
             async with session.request(target.method, parsed_url(target.url), headers=headers, **kwargs) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
@@ -340,19 +337,20 @@ class Firer:
                     attempt.transient = response.status >= 500 or response.status == 429
                 return
 
-    async def _send(
-        self, spec: TaskSpec, task_id: str, scheduled_for: datetime, key: str, number: int, budget: float
+    async def send(
+        self, target: Target, task_id: str, scheduled_for: datetime, key: str, number: int, budget: float
     ) -> Attempt:
+        """One attempt of `target`'s request, within its timeout and `budget` seconds; never raises."""
         attempt = Attempt(number)
         secrets = self.secrets()
-        timeout = min(float(spec.target.timeout_seconds), budget)
+        timeout = min(float(target.timeout_seconds), budget)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):
-                await self._exchange(spec, task_id, scheduled_for, key, attempt, secrets)
+                await self._exchange(target, task_id, scheduled_for, key, attempt, secrets)
         except Exception as exc:  # every failure of one attempt is that attempt's result
             reason, attempt.transient = _classify(exc, timeout)
-            if timeout < spec.target.timeout_seconds and isinstance(exc, TimeoutError):
+            if timeout < target.timeout_seconds and isinstance(exc, TimeoutError):
                 reason += "; cut short to end before the run's lease"
             attempt.error = reason
             attempt.http_status = attempt.http_status if isinstance(exc, TimeoutError) else None
@@ -385,7 +383,7 @@ class Firer:
                 held = time.monotonic()
                 budget = float("inf") if deadline is None else deadline - held
                 if budget > 0:
-                    attempt = await self._send(spec, task_id, scheduled_for, key, number, budget)
+                    attempt = await self.send(spec.target, task_id, scheduled_for, key, number, budget)
                 else:
                     attempt = Attempt(number, error="not sent: the run's lease ended while it waited for a free slot")
                 self.sent += 1

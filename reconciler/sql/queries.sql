@@ -28,6 +28,17 @@ SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_r
        CASE WHEN spec_digest IS NULL THEN NULL ELSE md5(spec::text) <> spec_digest END AS tampered
   FROM scheduler.tasks ORDER BY id;
 
+-- name: notifiers_all
+SELECT source, name, spec, spec_hash FROM scheduler.notifiers ORDER BY source, name;
+
+-- name: notifier_upsert
+INSERT INTO scheduler.notifiers (source, name, spec, spec_hash)
+VALUES (%(source)s, %(name)s, %(spec)s::jsonb, %(spec_hash)s)
+ON CONFLICT (source, name) DO UPDATE SET spec = EXCLUDED.spec, spec_hash = EXCLUDED.spec_hash, updated_at = now();
+
+-- name: notifier_delete
+DELETE FROM scheduler.notifiers WHERE source = %(source)s AND name = %(name)s;
+
 -- name: task_insert
 INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
                              created_at, updated_at, revision, file_digest)
@@ -266,7 +277,8 @@ UPDATE scheduler.runs r
        error = 'lease expired: engine ' || e.engine_id || ' stopped before recording a result'
   FROM expired e
  WHERE r.id = e.run_id AND r.status = 'running'
-RETURNING r.id, r.task_id, r.scheduled_for, r.error;
+RETURNING r.id, r.task_id, r.scheduled_for, r.error,
+          (SELECT t.spec -> 'notify' FROM scheduler.tasks t WHERE t.id = r.task_id) AS notify;
 
 -- name: engine_heartbeat
 INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen)
@@ -356,6 +368,66 @@ SELECT pg_notify('scheduler_tasks', '{"source": "slot"}')
  WHERE EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.runs q ON q.task_id = r.task_id
                 WHERE r.id = ANY(%(run_ids)b::bigint[]) AND q.status = 'queued');
 
+-- name: notify_state_ensure
+-- The failing state of tasks whose runs just ended (see notify.py); sorted ids, so replicas lock alike.
+INSERT INTO scheduler.notify_state (task_id) SELECT unnest(%(ids)s::text[]) ON CONFLICT DO NOTHING;
+
+-- name: notify_state_lock
+SELECT task_id, failing, failure_sent_at FROM scheduler.notify_state
+ WHERE task_id = ANY(%(ids)s::text[]) ORDER BY task_id FOR UPDATE;
+
+-- name: notify_state_save
+UPDATE scheduler.notify_state s SET failing = u.failing, failure_sent_at = u.sent, changed_at = %(now)s
+  FROM unnest(%(ids)s::text[], %(failing)s::boolean[], %(sent)s::timestamptz[]) AS u(id, failing, sent)
+ WHERE s.task_id = u.id;
+
+-- name: notifications_insert
+-- One row per event and subscribed notifier, owned by the task's source (whose notifiers.d it names).
+-- A `late` event already raised for the occurrence is not raised again (notifications_late_uniq).
+INSERT INTO scheduler.notifications (source, notifier, task_id, event, run_id, scheduled_for, payload,
+                                     created_at, next_attempt_at)
+SELECT t.source, u.notifier, u.task_id, u.event, u.run_id, u.scheduled_for, u.payload::jsonb, %(now)s, %(now)s
+  FROM unnest(%(task_ids)s::text[], %(notifiers)s::text[], %(events)s::text[], %(run_ids)s::bigint[],
+              %(scheduled)s::timestamptz[], %(payloads)s::text[])
+       AS u(task_id, notifier, event, run_id, scheduled_for, payload)
+  JOIN scheduler.tasks t ON t.id = u.task_id
+ON CONFLICT DO NOTHING;
+
+-- name: notifications_claim
+-- Due notifications for this engine to send: moved past the send's deadline (a lease) so no other
+-- engine sends them meanwhile; rows another engine is claiming are skipped, not waited for.
+UPDATE scheduler.notifications n
+   SET attempts = n.attempts + 1, engine_id = %(engine_id)s,
+       next_attempt_at = %(now)s + make_interval(secs => COALESCE((due.spec ->> 'timeout_seconds')::float8, 60)
+                                                         + %(lease)s)
+  FROM (SELECT d.id, f.spec
+          FROM (SELECT id, source, notifier FROM scheduler.notifications
+                 WHERE status = 'pending' AND next_attempt_at <= %(now)s
+                 ORDER BY next_attempt_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) d
+          LEFT JOIN scheduler.notifiers f ON f.source = d.source AND f.name = d.notifier) due
+ WHERE n.id = due.id
+RETURNING n.id, n.source, n.notifier, n.task_id, n.event, n.payload, n.attempts, n.scheduled_for, n.created_at,
+          due.spec;
+
+-- name: notification_result
+UPDATE scheduler.notifications
+   SET status = %(status)s, next_attempt_at = %(next)s, http_status = %(http_status)s, error = %(error)s,
+       delivered_at = CASE WHEN %(status)s::text = 'delivered' THEN %(now)s::timestamptz END
+ WHERE id = %(id)s AND engine_id = %(engine_id)s AND status = 'pending';
+
+-- name: tasks_late
+-- The dead-man's switch: occurrences still unclaimed late_after_seconds (default the misfire grace)
+-- after they were due, of tasks with `late` subscribers, not yet notified.
+SELECT t.id, t.next_run_at, t.spec -> 'notify' -> 'late' AS late
+  FROM scheduler.tasks t
+ WHERE t.enabled AND t.next_run_at IS NOT NULL
+   AND jsonb_typeof(t.spec -> 'notify' -> 'late') = 'array' AND jsonb_array_length(t.spec -> 'notify' -> 'late') > 0
+   AND t.next_run_at < %(now)s - make_interval(secs => COALESCE((t.spec -> 'notify' ->> 'late_after_seconds')::float8,
+                                                                (t.spec -> 'policy' ->> 'misfire_grace_seconds')::float8, 60))
+   AND NOT EXISTS (SELECT 1 FROM scheduler.notifications n
+                    WHERE n.task_id = t.id AND n.event = 'late' AND n.scheduled_for = t.next_run_at)
+ LIMIT 1000;
+
 -- name: runs_prune_keep
 -- policy.keep_runs: finished runs beyond the newest N of each task (running and queued ones stay).
 DELETE FROM scheduler.runs WHERE id IN (
@@ -390,3 +462,40 @@ SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at,
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND scheduled_for BETWEEN %(lo)s AND %(hi)s
  ORDER BY scheduled_for, id;
+
+-- notifications: metrics
+
+-- name: notifications_health
+-- The outbox of the engine's sources (every source's when it has none), for the metrics: rows
+-- pending (due or waiting for a retry), rows that gave up among those created in the last day,
+-- and how long the longest-waiting due row has been due (a row being sent or waiting for its retry
+-- is not due; one never tried is due since it was written): 0 when none is.
+SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'failed' AND created_at > %(now)s - interval '1 day') AS failed,
+       COALESCE(EXTRACT(EPOCH FROM %(now)s - min(next_attempt_at) FILTER (
+                    WHERE status = 'pending' AND next_attempt_at <= %(now)s)), 0) AS oldest_due_seconds
+  FROM scheduler.notifications
+ WHERE cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]);
+
+-- notifications: commands
+
+-- name: notifications_list
+-- `reconciler notifications`: the outbox, newest first.
+SELECT id, created_at, source, task_id, event, notifier, run_id, scheduled_for, status, attempts,
+       next_attempt_at, delivered_at, http_status, error, engine_id
+  FROM scheduler.notifications
+ WHERE (%(task_id)s::text IS NULL OR task_id = %(task_id)s)
+   AND (%(status)s::text IS NULL OR status = %(status)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s;
+
+-- name: notifications_readable
+-- Whether this role may read the outbox: a database, or a role's grants, older than notifications has none.
+SELECT coalesce(has_table_privilege(to_regclass('scheduler.notifications'), 'SELECT'), false) AS readable;
+
+-- name: notifications_of_runs
+-- The notifications the runs `runs` and `explain` show caused, one query for all of them.
+SELECT id, run_id, notifier, event, status, attempts, http_status, error, created_at, delivered_at
+  FROM scheduler.notifications
+ WHERE run_id = ANY(%(run_ids)s::bigint[])
+ ORDER BY run_id, id;

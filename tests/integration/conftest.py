@@ -19,6 +19,7 @@ async def engine(store: Store) -> AsyncIterator[Engine]:
     made = Engine(store, EngineConfig("test-engine"), firer)
     yield made
     await firer.close()
+    await made.deliverer.close()
 
 
 @pytest.fixture

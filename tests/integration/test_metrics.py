@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 
 from reconciler.clock import FixedClock
 from reconciler.engine import Engine, EngineConfig
-from reconciler.metrics import serve_metrics
+from reconciler.metrics import OUTBOX_GAUGES, EngineMetrics, serve_metrics
 from reconciler.store import Store
 from reconciler.targets import Firer
 from tests.helpers import async_wait_until
@@ -106,6 +109,84 @@ async def test_per_task_gauges_tell_failing_and_overdue_tasks_and_engines_heartb
     success = got["last_success_timestamp_seconds"]
     assert success["ok"] > 0 and math.isnan(success["bad"]) and math.isnan(success["yearly"])
     assert got["engines"] == {engine.config.engine_id: later.timestamp()}
+
+
+async def test_outbox_gauges_read_the_notifications_of_the_engines_sources(
+    dsn: str, engine: Engine, metrics_url: str
+) -> None:
+    engine.clock = FixedClock(NOW)
+    engine.config = replace(engine.config, sources=("main",))
+    minutes = [  # (source, status, created_at, next_attempt_at) in minutes from NOW
+        ("main", "pending", -2, -2),  # never tried: due for 2 minutes
+        ("main", "pending", -60, -1),  # tried before: due again for 1 minute (its age does not count)
+        ("main", "pending", -30, 5),  # waits for its retry: pending, not due
+        ("main", "failed", -120, -100),  # gave up today
+        ("main", "failed", -25 * 60, -24 * 60),  # gave up yesterday
+        ("main", "delivered", -3, -3),
+        ("other", "pending", -30, -30),  # another source's: not this engine's
+        ("other", "failed", -5, -5),
+    ]
+    with psycopg.connect(dsn) as conn:
+        conn.cursor().executemany(
+            "INSERT INTO scheduler.notifications (source, notifier, task_id, event, payload, status, created_at,"
+            " next_attempt_at) VALUES (%s, 'ops', 'billing/report', 'failure', '{}', %s, %s, %s)",
+            [
+                (source, status, NOW + timedelta(minutes=created), NOW + timedelta(minutes=due))
+                for source, status, created, due in minutes
+            ],
+        )
+
+    async def outbox() -> dict[str, float]:
+        found = await scrape(metrics_url)
+        return {name: found[name][0][1] for name, _, _ in OUTBOX_GAUGES}
+
+    expected = {
+        "reconciler_notifications_pending": 3.0,
+        "reconciler_notifications_failed": 1.0,
+        "reconciler_notification_oldest_pending_age_seconds": 120.0,
+    }
+
+    async def read() -> bool:  # read in the background, every few seconds
+        return await outbox() == expected
+
+    assert await async_wait_until(read, 60, step=0.2), await outbox()
+
+
+async def test_notified_counts_delivery_attempts_by_notifier_event_and_outcome(
+    engine: Engine, metrics_url: str
+) -> None:
+    [metrics] = [observer for observer in engine.observers if isinstance(observer, EngineMetrics)]
+    for event, outcome in [("failure", "retry"), ("failure", "retry"), ("failure", "delivered"), ("late", "failed")]:
+        metrics.notified("ops", event, outcome)
+    found = await scrape(metrics_url)
+    counted = {(s["notifier"], s["event"], s["outcome"]): value for s, value in found["reconciler_notifications_total"]}
+    assert counted == {
+        ("ops", "failure", "retry"): 2.0,
+        ("ops", "failure", "delivered"): 1.0,
+        ("ops", "late", "failed"): 1.0,
+    }
+
+
+async def test_a_database_without_the_outbox_still_serves_the_other_gauges(
+    store: Store, dsn: str, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="reconciler.metrics")
+    with psycopg.connect(dsn) as conn:  # as made by a reconciler from before notifications
+        conn.execute("DROP TABLE scheduler.notifications")
+    addr = free_addr()
+    endpoint = await serve_metrics(addr, engine, store)
+    try:
+
+        def outbox_read_failed() -> bool:  # the outbox is read last: the other gauges were read first
+            return "gauges not refreshed: UndefinedTable" in caplog.messages
+
+        assert await async_wait_until(outbox_read_failed, 60, step=0.05)
+        found = await scrape(f"http://{addr}")
+        assert found["reconciler_task_health_age_seconds"][0][1] < 60
+        assert found["reconciler_due_backlog"] == [({}, 0.0)]
+        assert all(math.isnan(found[name][0][1]) for name, _, _ in OUTBOX_GAUGES)
+    finally:
+        endpoint.close()
 
 
 @needs_pgserver

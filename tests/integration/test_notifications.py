@@ -1,0 +1,180 @@
+"""Notifications end to end: notifiers.d in plan and apply, events in the outbox written with what
+caused them, delivery with retries and one Idempotency-Key per event, late occurrences."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+
+from reconciler.apply import apply_tasks, read_plan
+from reconciler.engine import Engine
+from reconciler.loader import load_dir
+from reconciler.notifiers import load_notifiers
+from reconciler.notify import late_scan
+from reconciler.planview import plan_dict, plan_text
+from reconciler.store import Store
+from tests.engines import run_cli, start_engines, stop, wait_registered
+from tests.helpers import wait_until
+from tests.httpserver import Recorder
+from tests.integration.engine_support import NOW
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+async def apply_dirs(store: Store, root: Path, now: datetime) -> int:
+    loaded = load_dir(root / "tasks.d", "tasks.d")
+    assert loaded.errors == [], loaded.errors
+    notifiers = load_notifiers(root / "notifiers.d", "notifiers.d")
+    assert notifiers.errors == [], notifiers.errors
+    return (await apply_tasks(store, loaded.tasks, "default", now, notifiers=notifiers)).written
+
+
+def outbox(dsn: str) -> list[dict[str, object]]:
+    with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute(
+            "SELECT id, notifier, task_id, event, status, attempts, scheduled_for, payload"
+            " FROM scheduler.notifications ORDER BY id"
+        ).fetchall()
+
+
+def webhook(url: str) -> str:
+    return f'kind = "webhook"\nurl = "{url}"\nheaders = {{ X-Team = "ops" }}\n'
+
+
+async def test_fail_fail_succeed_across_three_engines_notifies_one_failure_and_one_recovery(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/target", statuses=[500, 500, 200])
+    rec.script("/flaky", statuses=[500, 500, 200])
+    write(
+        tmp_path,
+        {
+            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
+            "notifiers.d/flaky.toml": webhook(f"{url}/flaky"),
+            "tasks.d/job.toml": f'[trigger]\nkind = "interval"\nseconds = 1\n[target]\nurl = "{url}/target"\n'
+            '[notify]\nfailure = ["oncall", "flaky"]\nrecovery = ["oncall"]\n',
+        },
+    )
+    procs = start_engines(dsn, ["n-0", "n-1", "n-2"], tmp_path)
+    try:
+        wait_registered(dsn, procs)
+        await apply_dirs(store, tmp_path, datetime.now(UTC))
+
+        def settled() -> bool:
+            rows = outbox(dsn)
+            return len(rows) == 3 and {r["status"] for r in rows} == {"delivered"} and len(rec.paths("/target")) >= 6
+
+        assert wait_until(settled, 90), (outbox(dsn), [p.output()[-2000:] for p in procs])
+    finally:
+        results = stop(procs)
+    assert [code for code, _ in results] == [0, 0, 0], [err[-2000:] for _, err in results]
+    rows = outbox(dsn)
+    assert Counter((r["notifier"], r["event"]) for r in rows) == {
+        ("oncall", "failure"): 1,
+        ("flaky", "failure"): 1,
+        ("oncall", "recovery"): 1,
+    }
+    hook = rec.paths("/hook")
+    assert [json.loads(r.body)["event"] for r in hook] == ["failure", "recovery"]
+    assert len({r.headers["Idempotency-Key"] for r in hook}) == 2
+    assert all(r.headers["X-Team"] == "ops" for r in hook)
+    first = json.loads(hook[0].body)
+    assert first["task_id"] == "job" and first["status"] == "failed" and first["http_status"] == 500
+    flaky = rec.paths("/flaky")
+    assert len(flaky) == 3 and len({r.headers["Idempotency-Key"] for r in flaky}) == 1
+    assert next(r["attempts"] for r in rows if r["notifier"] == "flaky") == 3
+
+
+async def test_an_occurrence_no_engine_claimed_raises_late_once(
+    store: Store, engine: Engine, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    late = '[notify]\nlate = ["oncall"]\nlate_after_seconds = 30\n'
+    write(
+        tmp_path,
+        {
+            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
+            "tasks.d/claimed.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{late}',
+            "tasks.d/scanned.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{late}',
+        },
+    )
+    await apply_dirs(store, tmp_path, NOW)
+    due = NOW + timedelta(seconds=60)
+    assert await late_scan(store, due + timedelta(seconds=29)) == 0  # not late yet
+    # No engine ran for 31 s past the due time: any engine's scan raises it, once.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE scheduler.tasks SET enabled = false WHERE id = 'claimed'")
+    assert await late_scan(store, due + timedelta(seconds=31)) == 1
+    assert await late_scan(store, due + timedelta(seconds=40)) == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE scheduler.tasks SET enabled = true WHERE id = 'claimed'")
+    # The claim that finally takes the other one raises it too; claiming again does not.
+    await engine.run_once(due + timedelta(seconds=45))
+    await engine.run_once(due + timedelta(seconds=46))
+    assert await late_scan(store, due + timedelta(seconds=47)) == 0
+    rows = outbox(dsn)
+    assert Counter((r["task_id"], r["event"]) for r in rows) == {("scanned", "late"): 1, ("claimed", "late"): 1}
+    assert {r["scheduled_for"] for r in rows} == {due}
+    assert await engine.deliverer.deliver_due() == 2
+    assert {r["status"] for r in outbox(dsn)} == {"delivered"}
+    assert sorted(json.loads(r.body)["task_id"] for r in rec.paths("/hook")) == ["claimed", "scanned"]
+
+
+async def test_notifiers_are_planned_applied_and_checked_against_subscriptions(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
+    task = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://api.example.com/x"\n'
+    write(
+        tmp_path,
+        {
+            "notifiers.d/oncall.toml": webhook("https://hooks.example.com/a"),
+            "notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
+            "tasks.d/job.toml": task + '[notify]\nfailure = ["oncall", "chat"]\n',
+        },
+    )
+    loaded = load_dir(tmp_path / "tasks.d", "tasks.d")
+    notifiers = load_notifiers(tmp_path / "notifiers.d", "notifiers.d")
+    plan = await read_plan(store, loaded.tasks, "default", NOW, notifiers=notifiers)
+    text = plan_text(plan)
+    assert "+ notifier chat" in text and "slack (URL from $SLACK_URL" in text and "+ notifier oncall" in text
+    assert [n["name"] for n in plan_dict(plan)["notifiers"]] == ["chat", "oncall"]  # type: ignore[index]
+    assert await apply_dirs(store, tmp_path, NOW) == 3
+    again = await read_plan(store, loaded.tasks, "default", NOW, notifiers=notifiers)
+    assert not again.has_changes and "notifiers" not in plan_dict(again)
+    # A changed notifier is an update with its field diff; a subscription to a deleted one is refused.
+    (tmp_path / "notifiers.d/oncall.toml").write_text(webhook("https://hooks.example.com/b"))
+    (tmp_path / "notifiers.d/chat.toml").unlink()
+    notifiers = load_notifiers(tmp_path / "notifiers.d", "notifiers.d")
+    loaded = load_dir(tmp_path / "tasks.d", "tasks.d")
+    plan = await read_plan(store, loaded.tasks, "default", NOW, notifiers=notifiers)
+    assert [(n.op, n.name) for n in plan.notifiers] == [("delete", "chat"), ("update", "oncall")]
+    assert any("notify.failure: no notifier 'chat' in notifiers.d" in r for r in plan.refused), plan.refused
+    assert "hooks.example.com/b" in plan_text(plan)
+
+
+def test_the_cli_reads_notifiers_beside_the_tasks_and_applies_them(dsn: str, tmp_path: Path) -> None:
+    task = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://api.example.com/x"\n'
+    write(tmp_path, {"tasks.d/job.toml": task + '[notify]\nfailure = ["oncall"]\n'})
+    tasks = str(tmp_path / "tasks.d")
+    refused = subprocess.run(
+        [sys.executable, "-m", "reconciler", "--tasks-dir", tasks, "validate"], capture_output=True, text=True
+    )
+    assert refused.returncode == 1
+    assert "job.toml:7: notify.failure: no notifier 'oncall' in " in refused.stderr
+    write(tmp_path, {"notifiers.d/oncall.toml": webhook("https://hooks.example.com/a")})
+    assert "1 task file(s)" in run_cli(dsn, "--tasks-dir", tasks, "validate")
+    planned = run_cli(dsn, "--tasks-dir", tasks, "plan")
+    assert "+ notifier oncall" in planned and "webhook POST https://hooks.example.com/a" in planned
+    assert "Apply complete: 2 change(s) written." in run_cli(dsn, "--tasks-dir", tasks, "apply")
+    assert "No changes." in run_cli(dsn, "--tasks-dir", tasks, "plan")

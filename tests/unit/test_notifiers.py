@@ -1,0 +1,105 @@
+"""Notifier files and the events' state machine (pure): one-line errors naming file, key and fix."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from reconciler.loader import load_dir
+from reconciler.notifiers import load_notifiers, subscription_errors, validate_notifier
+from reconciler.notify import Ended, State, transitions
+
+T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+SUBS = {"failure": ["oncall"], "recovery": ["oncall"], "lost": ["oncall"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('kind = "webhook"\nurl = "https://h.example/x"\nheaders = { X-Api-Key = "k" }\n', ":3: headers: a literal"),
+        ('kind = "webhook"\nurl = "https://u:p@h.example/x"\n', ":2: url: credentials in the URL are not allowed"),
+        ('kind = "webhook"\nurl = "ftp://h.example/x"\n', ":2: url: not an http:// or https:// URL"),
+        ('kind = "webhook"\nurl = "https://h.example/x"\njson = { a = 1 }\n', "remove json and body"),
+        ('kind = "webhook"\n', ":0: url: required key is missing"),
+        (
+            'kind = "slack"\nurl = "https://hooks.slack.com/services/T/B/X"\n',
+            ":2: url: a literal secret is not allowed",
+        ),
+        ('kind = "slak"\nurl = { env = "S" }\n', ":1: kind: unknown kind 'slak'; did you mean 'slack'?"),
+        ('kind = "slack"\nurl = { env = "S" }\ntimeout_seconds = nan\n', ":3: timeout_seconds: nan is not a finite"),
+        ('kind = "slack"\nurl = { env = "S" }\ntimeout_seconds = 3600\n', "timeout_seconds: Input should be less"),
+        ('kind = "slack"\nurl = { env = "S\\u0000" }\n', "NUL"),
+        ("x = " + "[" * 200 + "]" * 200 + "\n", "nested more than 32 levels deep; flatten it"),
+        ('url = { env = "S" }\n', ':0: kind: missing kind; write kind = "webhook" or kind = "slack"'),
+        ("kind = \n", ":1: toml: syntax error"),
+        ("", ":0: (file): empty notifier file"),
+    ],
+)
+def test_a_bad_notifier_file_is_one_line_naming_file_key_and_fix(text: str, expected: str) -> None:
+    notifier, errors = validate_notifier("oncall", "notifiers.d/oncall.toml", text)
+    assert notifier is None and errors
+    shown = [str(e) for e in errors]
+    assert all("\n" not in line and line.startswith("notifiers.d/oncall.toml:") for line in shown)
+    assert any(expected in line for line in shown), shown
+    assert all("hooks.slack.com/services" not in line for line in shown)  # a secret URL is never echoed
+
+
+def test_the_notifiers_directory_is_flat_and_optional(tmp_path: Path) -> None:
+    assert load_notifiers(tmp_path / "absent").by_name == {}
+    root = tmp_path / "notifiers.d"
+    (root / "team").mkdir(parents=True)
+    (root / "team" / "x.toml").write_text('kind = "slack"\nurl = { env = "S" }\n')
+    (root / "Bad Name.toml").write_text('kind = "slack"\nurl = { env = "S" }\n')
+    (root / "_defaults.toml").write_text("ignored = true\n")
+    (root / "ok.toml").write_text('kind = "slack"\nurl = { env = "S" }\n')
+    os.symlink("/etc/passwd", root / "out.toml")
+    loaded = load_notifiers(root, "notifiers.d")
+    assert list(loaded.by_name) == ["ok"]
+    shown = sorted(str(e) for e in loaded.errors)
+    assert any("notifiers.d/Bad Name.toml:0: name:" in line for line in shown), shown
+    assert any("notifiers.d/team/x.toml:0: (file): notifier files sit directly in" in line for line in shown)
+    assert any("notifiers.d/out.toml:0: (file): is a symlink to a path outside" in line for line in shown)
+
+
+def test_a_subscription_to_an_unknown_notifier_names_the_line_and_the_nearest_name(tmp_path: Path) -> None:
+    (tmp_path / "job.toml").write_text(
+        '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://a.example/x"\n'
+        '[notify]\nfailure = ["oncal"]\nlate = ["nobody"]\n'
+    )
+    (tmp_path / "n").mkdir()
+    (tmp_path / "n" / "oncall.toml").write_text('kind = "slack"\nurl = { env = "S" }\n')
+    tasks = load_dir(tmp_path, "tasks.d").tasks
+    errors = [str(e) for e in subscription_errors(tasks, {}, load_notifiers(tmp_path / "n", "notifiers.d"))]
+    assert errors == [
+        "tasks.d/job.toml:7: notify.failure: no notifier 'oncal' in notifiers.d; did you mean 'oncall'?",
+        "tasks.d/job.toml:8: notify.late: no notifier 'nobody' in notifiers.d; add notifiers.d/nobody.toml or "
+        "remove it here",
+    ]
+
+
+def ended(status: str, n: int, repeat: int | None = None) -> Ended:
+    return Ended("job", n, T0 + timedelta(minutes=n), status, SUBS, repeat)
+
+
+def test_failure_and_recovery_only_on_a_change_of_state() -> None:
+    runs = [ended("failed", 1), ended("failed", 2), ended("lost", 3), ended("succeeded", 4), ended("succeeded", 5)]
+    events, after = transitions({}, runs, T0)
+    assert [(e.event, e.run_id) for e in events] == [("failure", 1), ("recovery", 4)]
+    assert after["job"] == State()
+    events, _ = transitions({"job": State(True, T0)}, [ended("lost", 6)], T0)
+    assert events == []  # already failing: a lost run says nothing new
+    events, _ = transitions({}, [ended("lost", 7)], T0)
+    assert [e.event for e in events] == ["lost"]
+
+
+def test_repeat_every_seconds_reminds_while_the_task_keeps_failing() -> None:
+    state = {"job": State(True, T0)}
+    events, after = transitions(state, [ended("failed", 1, repeat=3600)], T0 + timedelta(minutes=59))
+    assert events == [] and after["job"] == State(True, T0)
+    later = T0 + timedelta(hours=1)
+    events, after = transitions(state, [ended("failed", 2, repeat=3600)], later)
+    assert [e.event for e in events] == ["failure"] and after["job"] == State(True, later)
+    assert events[0].payload["run_id"] == 2 and events[0].payload["hints"]["runs"] == "reconciler runs job"
