@@ -197,13 +197,16 @@ def load_notifiers(notifiers_dir: Path, display_root: str | None = None) -> Noti
 
 
 def subscriptions(spec: Mapping[str, Any]) -> dict[str, list[str]]:
-    """A normalized task spec's `[notify]` as {event: [notifier, …]} (events without notifiers left out)."""
+    """A normalized task spec's `[notify]` as {event: [notifier, …]} (events without notifiers left out;
+    a stored spec edited by hand into something else subscribes to nothing it cannot name)."""
     notify = spec.get("notify")
     if not isinstance(notify, dict):
         return {}
-    return {
-        event: list(notify[event]) for event in NOTIFY_EVENTS if isinstance(notify.get(event), list) and notify[event]
+    found = {event: notify.get(event) for event in NOTIFY_EVENTS}
+    named = {
+        event: [n for n in names if isinstance(n, str)] for event, names in found.items() if isinstance(names, list)
     }
+    return {event: names for event, names in named.items() if names}
 
 
 def unknown_subscriptions(

@@ -86,7 +86,8 @@ class Results:
         if refused is None:
             return
         reason = f"the run's result could not be stored ({type(refused).__name__}); excerpt and error text dropped"
-        refused = await self._try_write([{**result, "excerpt": None, "error": reason}])
+        # Without its notifications too: no event may cost a run its result.
+        refused = await self._try_write([{**result, "excerpt": None, "error": reason, "ended": None}])
         if refused is not None:
             log.error(
                 "run %s: result could not be stored (%s); its lease will expire", result["run_id"], one_line(refused)

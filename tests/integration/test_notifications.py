@@ -178,3 +178,25 @@ def test_the_cli_reads_notifiers_beside_the_tasks_and_applies_them(dsn: str, tmp
     assert "+ notifier oncall" in planned and "webhook POST https://hooks.example.com/a" in planned
     assert "Apply complete: 2 change(s) written." in run_cli(dsn, "--tasks-dir", tasks, "apply")
     assert "No changes." in run_cli(dsn, "--tasks-dir", tasks, "plan")
+
+
+async def test_an_event_that_cannot_be_written_never_costs_a_run_its_result(
+    store: Store, engine: Engine, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/t", statuses=[500])
+    notify = '[notify]\nfailure = ["oncall"]\n'
+    write(
+        tmp_path,
+        {
+            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
+            "tasks.d/job.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{notify}',
+        },
+    )
+    await apply_dirs(store, tmp_path, NOW)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE scheduler.notifications")
+    report = await engine.run_once(NOW + timedelta(seconds=61))
+    assert report.failed == 1
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT status, http_status FROM scheduler.runs").fetchall() == [("failed", 500)]
