@@ -189,7 +189,8 @@ class Engine:
 
     async def prune_runs(self, now: datetime, max_batches: int | None = None) -> int:
         """One pass over the run history: delete finished runs beyond `policy.keep_runs` per task and
-        older than `keep_runs_days`, `prune_batch` rows at a time until none is left (or `max_batches`).
+        older than `keep_runs_days` (delivered and given-up notifications too), `prune_batch` rows at a
+        time until none is left (or `max_batches`).
 
         Only the runs of the engine's sources (`engine --source`; every source when none is given).
         Sized to the backlog, so retention keeps up with any rate of runs, and gentle: each batch is
@@ -200,7 +201,8 @@ class Engine:
         scope = {"batch": batch, "sources": list(self.config.sources)}
         rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", scope)]
         if self.config.keep_runs_days is not None:
-            rules.append(("runs_prune_age", {**scope, "before": now - timedelta(days=self.config.keep_runs_days)}))
+            cut = {**scope, "before": now - timedelta(days=self.config.keep_runs_days)}
+            rules += [("runs_prune_age", cut), ("notifications_prune_age", cut)]
         deleted = 0
         for name, params in rules:
             for _ in itertools.count() if max_batches is None else range(max_batches):
@@ -212,7 +214,7 @@ class Engine:
                     break
                 await asyncio.sleep(time.monotonic() - started)
         if deleted:
-            log.info("pruned %d finished run(s) from the history", deleted, extra={"fields": {"pruned": deleted}})
+            log.info("pruned %d finished run(s) and notification(s)", deleted, extra={"fields": {"pruned": deleted}})
         return deleted
 
     async def _every(

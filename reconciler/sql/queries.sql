@@ -455,6 +455,16 @@ DELETE FROM scheduler.runs WHERE id IN (
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED);
 
+-- name: notifications_prune_age
+-- --keep-runs-days for the outbox: delivered and given-up notifications older than the cut-off,
+-- of the engine's sources (every source's when it has none); pending ones stay.
+DELETE FROM scheduler.notifications WHERE id IN (
+    SELECT id FROM scheduler.notifications
+     WHERE created_at < %(before)s AND status <> 'pending'
+       AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED);
+
 -- name: runs_between
 -- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi].
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
@@ -470,12 +480,16 @@ SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at,
 -- pending (due or waiting for a retry), rows that gave up among those created in the last day,
 -- and how long the longest-waiting due row has been due (a row being sent or waiting for its retry
 -- is not due; one never tried is due since it was written): 0 when none is.
-SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'failed' AND created_at > %(now)s - interval '1 day') AS failed,
-       COALESCE(EXTRACT(EPOCH FROM %(now)s - min(next_attempt_at) FILTER (
-                    WHERE status = 'pending' AND next_attempt_at <= %(now)s)), 0) AS oldest_due_seconds
-  FROM scheduler.notifications
- WHERE cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]);
+-- Each part reads an index (notifications_due_idx, notifications_created_idx), not the whole outbox.
+WITH mine AS (SELECT cardinality(%(sources)s::text[]) = 0 AS every)
+SELECT (SELECT count(*) FROM scheduler.notifications, mine
+         WHERE status = 'pending' AND (every OR source = ANY(%(sources)s::text[]))) AS pending,
+       (SELECT count(*) FROM scheduler.notifications, mine
+         WHERE created_at > %(now)s - interval '1 day' AND status = 'failed'
+           AND (every OR source = ANY(%(sources)s::text[]))) AS failed,
+       COALESCE((SELECT EXTRACT(EPOCH FROM %(now)s - min(next_attempt_at)) FROM scheduler.notifications, mine
+                  WHERE status = 'pending' AND next_attempt_at <= %(now)s
+                    AND (every OR source = ANY(%(sources)s::text[]))), 0) AS oldest_due_seconds;
 
 -- notifications: commands
 

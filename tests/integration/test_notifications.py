@@ -200,3 +200,23 @@ async def test_an_event_that_cannot_be_written_never_costs_a_run_its_result(
     assert report.failed == 1
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT status, http_status FROM scheduler.runs").fetchall() == [("failed", 500)]
+
+
+async def test_retention_prunes_old_finished_notifications_and_keeps_pending_ones(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
+    from reconciler.engine import EngineConfig
+
+    old, new = NOW - timedelta(days=40), NOW - timedelta(days=1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for created, status in [(old, "delivered"), (old, "failed"), (old, "pending"), (new, "delivered")]:
+            conn.execute(
+                "INSERT INTO scheduler.notifications (source, notifier, task_id, event, payload, status, created_at)"
+                " VALUES ('default', 'oncall', 'job', 'failure', '{}', %s, %s)",
+                (status, created),
+            )
+    pruner = Engine(store, EngineConfig("pruner", keep_runs_days=30))
+    assert await pruner.prune_runs(NOW) == 2
+    left = sorted((r["status"], r["attempts"]) for r in outbox(dsn))
+    assert left == [("delivered", 0), ("pending", 0)]
+    await pruner.firer.close()
