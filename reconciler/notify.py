@@ -291,7 +291,7 @@ class Deliverer:
             )
         try:
             target = self._target(row)
-        except (ValidationError, ValueError) as exc:
+        except Exception as exc:  # a variable not set, a stored spec edited by hand: this attempt's error
             return Attempt(row["attempts"], error=f"notifier {row['notifier']!r} cannot be sent: {one_line(exc)}")
         scheduled = row["scheduled_for"] or row["created_at"]
         key = f"reconciler-notification-{row['id']}"

@@ -14,21 +14,13 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from reconciler.cli import main, parse
+from reconciler.cli import parse
 from reconciler.grants import grants_sql
+from tests.helpers import cli
 
 TASK = '[trigger]\nkind = "cron"\nexpr = "*/5 * * * *"\n[target]\nurl = "http://127.0.0.1:9/x"\n'
 HOSTILE_ERROR = "refused\r\nX-Evil: 1 \x1b[31mred\x1b[0m token=NOTESECRET https://u:NOTEPW@hooks.example/x"
 HOSTILE_NOTIFIER = "evil\x1b]0;title\x07"
-
-
-def cli(capsys: pytest.CaptureFixture[str], dsn: str, tasks: Path, *args: str) -> tuple[int, str, str]:
-    """`reconciler --dsn DSN --tasks-dir TASKS ARGS…` in this process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = main(["--dsn", dsn, "--tasks-dir", str(tasks), *args])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 def insert(dsn: str, table: str, **values: object) -> int:

@@ -16,9 +16,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler.cli import main
 from reconciler.models import TaskSpec
 from reconciler.render import colour_wanted, describe_trigger, interval_words
+from tests.helpers import cli
 
 INSTANT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\d\d:\d\d:\d\d\.\d")  # ISO text, or fractions of a second
@@ -39,14 +39,6 @@ def write(tasks: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return tasks
-
-
-def cli(capsys: pytest.CaptureFixture[str], dsn: str | None, tasks: Path, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([*(["--dsn", dsn] if dsn else []), "--tasks-dir", str(tasks), *args])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 def sql(dsn: str, statement: str, params: tuple[object, ...] = ()) -> None:

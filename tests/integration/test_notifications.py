@@ -220,3 +220,45 @@ async def test_retention_prunes_old_finished_notifications_and_keeps_pending_one
     left = sorted((r["status"], r["attempts"]) for r in outbox(dsn))
     assert left == [("delivered", 0), ("pending", 0)]
     await pruner.firer.close()
+
+
+async def test_slack_gets_a_readable_message_from_its_secret_url_and_a_refusal_is_final(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    from reconciler.engine import EngineConfig
+    from reconciler.targets import Firer
+
+    url, rec = http
+    rec.script("/t", statuses=[503])
+    rec.script("/gone", statuses=[404])
+    notify = '[notify]\nfailure = ["chat", "gone", "unset"]\n'
+    write(
+        tmp_path,
+        {
+            "notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
+            "notifiers.d/gone.toml": webhook(f"{url}/gone"),
+            "notifiers.d/unset.toml": 'kind = "slack"\nurl = { env = "NOT_SET_ANYWHERE" }\n',
+            "tasks.d/job.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{notify}',
+        },
+    )
+    await apply_dirs(store, tmp_path, NOW)
+    secret_url = f"{url}/services/T000/B000/XXXXSECRET"
+    engine = Engine(store, EngineConfig("slack"), Firer(concurrency=4))
+    engine.deliverer.firer.env = {"SLACK_URL": secret_url}
+    try:
+        await engine.run_once(NOW + timedelta(seconds=61))
+        assert await engine.deliverer.deliver_due() == 3
+    finally:
+        await engine.firer.close()
+        await engine.deliverer.close()
+    [message] = rec.paths("/services")
+    text = json.loads(message.body)["text"]
+    assert text.startswith(":red_circle: *job* failed") and "HTTP 503" in text
+    by_notifier = {r["notifier"]: r for r in outbox(dsn)}
+    assert by_notifier["chat"]["status"] == "delivered"
+    assert by_notifier["gone"]["status"] == "failed" and by_notifier["gone"]["attempts"] == 1  # a 404 is final
+    with psycopg.connect(dsn) as conn:
+        errors = [r[0] for r in conn.execute("SELECT error FROM scheduler.notifications WHERE error IS NOT NULL")]
+    assert any("NOT_SET_ANYWHERE" in e for e in errors), errors
+    assert by_notifier["unset"]["status"] == "pending"  # retried: the variable may be set on another engine
+    assert all("XXXXSECRET" not in e for e in errors)

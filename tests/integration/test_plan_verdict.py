@@ -13,6 +13,7 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.revision import CI_COMMIT_VARIABLES
+from tests.helpers import cli
 
 GIT = ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.com", "-c", "init.defaultBranch=main"]
 
@@ -26,14 +27,6 @@ def no_ci_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     """The revision comes from git here, even when the suite itself runs in CI."""
     for name in (*CI_COMMIT_VARIABLES, "GITHUB_REF", "GITHUB_ACTOR"):
         monkeypatch.delenv(name, raising=False)
-
-
-def cli(capsys: pytest.CaptureFixture[str], dsn: str, tasks: Path, *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(["--dsn", dsn, "--tasks-dir", str(tasks), *args])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 def write(folder: Path, names: list[str]) -> None:
