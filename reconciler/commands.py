@@ -87,8 +87,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     warnings = fire_warnings(result.tasks, utcnow())
     for warning in warnings:
         err(str(warning))
-    problems = policy_errors(result.tasks, EnvPolicy(globs(args.allow_env))) if args.env_policy else []
-    missing = unset_errors(result.tasks, os.environ) if args.check_env else []
+    notifiers = list(result.notifiers.by_name.values()) if result.notifiers is not None else []
+    problems = policy_errors(result.tasks, EnvPolicy(globs(args.allow_env)), notifiers) if args.env_policy else []
+    missing = unset_errors(result.tasks, os.environ, notifiers) if args.check_env else []
     for problem in sorted(problems + missing, key=lambda e: (e.path, e.line)):
         err(str(problem))
     if problems:

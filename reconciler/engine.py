@@ -87,7 +87,7 @@ class Engine:
         self.clock = clock
         self.claimer = Claimer(store, config.engine_id, config.batch, config.sources, config.lease_margin)
         self.results = Results(store, clock)
-        self.deliverer = Deliverer(store, config.engine_id, EnvPolicy(config.allow_env), clock)
+        self.deliverer = Deliverer(store, config.engine_id, EnvPolicy(config.allow_env), clock, config.sources)
         # Claimed runs wait in `queue` for one of at most --concurrency workers, each of which fires
         # run after run with no task, callback or semaphore wait per run (see _worker).
         self.queue: deque[Claimed] = deque()

@@ -15,7 +15,8 @@ from fnmatch import fnmatchcase
 from urllib.parse import quote, quote_plus
 
 from reconciler.loader import FileError, Task
-from reconciler.models import EnvRef, TaskSpec
+from reconciler.models import EnvRef, Target, TaskSpec
+from reconciler.notifiers import Notifier, SlackNotifier
 
 # The engine's own settings: a task must not be able to send them to a URL of its choice.
 ENGINE_OWN_ENV = ("RECONCILER_*", "DATABASE_URL", "PG*")
@@ -108,38 +109,56 @@ def globs(patterns: Iterable[str]) -> tuple[str, ...]:
     return tuple(part.strip() for pattern in patterns for part in pattern.split(",") if part.strip())
 
 
-def env_references(spec: TaskSpec) -> list[tuple[str, str]]:
-    """(key path, variable name) of every `{ env = NAME }` in a task."""
-    target = spec.target
-    found = [(f"target.headers.{k}", v.env) for k, v in target.headers.items() if isinstance(v, EnvRef)]
-    found += [(f"target.query.{k}", v.env) for k, v in target.query.items() if isinstance(v, EnvRef)]
+def target_references(target: Target, prefix: str) -> list[tuple[str, str]]:
+    """(key path, variable name) of every `{ env = NAME }` in a target (or a webhook notifier), keys under `prefix`."""
+    found = [(f"{prefix}headers.{k}", v.env) for k, v in target.headers.items() if isinstance(v, EnvRef)]
+    found += [(f"{prefix}query.{k}", v.env) for k, v in target.query.items() if isinstance(v, EnvRef)]
     if target.auth is not None:
         for name in type(target.auth).model_fields:
             value = getattr(target.auth, name)
             if isinstance(value, EnvRef):
-                found.append((f"target.auth.{name}", value.env))
+                found.append((f"{prefix}auth.{name}", value.env))
     return found
 
 
-def reference_errors(tasks: Iterable[Task], problem: Callable[[str], str | None]) -> list[FileError]:
-    """An error at every `{ env = NAME }` of the tasks whose NAME `problem` finds fault with."""
+def env_references(spec: TaskSpec) -> list[tuple[str, str]]:
+    """(key path, variable name) of every `{ env = NAME }` in a task."""
+    return target_references(spec.target, "target.")
+
+
+def notifier_references(notifier: Notifier) -> list[tuple[str, str]]:
+    """(key path, variable name) of every `{ env = NAME }` in a notifier file."""
+    spec = notifier.spec
+    return [("url", spec.url.env)] if isinstance(spec, SlackNotifier) else target_references(spec, "")
+
+
+def reference_errors(
+    tasks: Iterable[Task], problem: Callable[[str], str | None], notifiers: Iterable[Notifier] = ()
+) -> list[FileError]:
+    """An error at every `{ env = NAME }` of the tasks (and notifiers) whose NAME `problem` finds fault with."""
+    files = [(t.path, t.line_of, env_references(t.spec)) for t in tasks]
+    files += [(n.path, n.line_of, notifier_references(n)) for n in notifiers]
     errors = []
-    for task in tasks:
-        for key, name in env_references(task.spec):
+    for path, line_of, references in files:
+        for key, name in references:
             message = problem(name)
             if message is not None:
-                errors.append(FileError(task.path, task.line_of(*key.split(".")), key, message))
+                errors.append(FileError(path, line_of(*key.split(".")), key, message))
     return errors
 
 
-def policy_errors(tasks: Iterable[Task], policy: EnvPolicy) -> list[FileError]:
-    """`validate --env-policy`: every variable a task names that the engine would not let it read."""
+def policy_errors(tasks: Iterable[Task], policy: EnvPolicy, notifiers: Iterable[Notifier] = ()) -> list[FileError]:
+    """`validate --env-policy`: every variable a task or notifier names that the engine would not let it read."""
     rule = policy.describe()
     return reference_errors(
-        tasks, lambda name: None if policy.allows(name) else f"environment variable {name} is not allowed: {rule}"
+        tasks,
+        lambda name: None if policy.allows(name) else f"environment variable {name} is not allowed: {rule}",
+        notifiers,
     )
 
 
-def unset_errors(tasks: Iterable[Task], env: Mapping[str, str]) -> list[FileError]:
-    """`validate --check-env`: every variable a task names that is not set in `env` (no value is ever shown)."""
-    return reference_errors(tasks, lambda name: None if name in env else f"environment variable {name} is not set")
+def unset_errors(tasks: Iterable[Task], env: Mapping[str, str], notifiers: Iterable[Notifier] = ()) -> list[FileError]:
+    """`validate --check-env`: every variable a task or notifier names that is not set in `env` (no value shown)."""
+    return reference_errors(
+        tasks, lambda name: None if name in env else f"environment variable {name} is not set", notifiers
+    )

@@ -7,7 +7,7 @@ plan and apply; a task's `[notify]` names notifiers of its own source.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -104,6 +104,11 @@ class Notifier:
     name: str
     path: str
     spec: WebhookNotifier | SlackNotifier
+    source: str = field(default="", repr=False)  # the file's text, for the line of a key
+
+    def line_of(self, *key: str) -> int:
+        """The file line of a key path (0 when unknown)."""
+        return locate(key_lines(self.source), key)
 
     @cached_property
     def normalized(self) -> dict[str, Any]:
@@ -151,7 +156,7 @@ def validate_notifier(name: str, display: str, source: str) -> tuple[Notifier | 
         return None, sorted(errors, key=lambda e: e.line)
     if errors:
         return None, errors
-    return Notifier(name, display, spec), []
+    return Notifier(name, display, spec, source), []
 
 
 @dataclass

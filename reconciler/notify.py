@@ -230,9 +230,12 @@ class Deliverer:
     """Sends due notifications: its own HTTP session and slots, so a notifier that is down or slow never
     holds a task's firing slot; runs beside the claims (Engine.serve)."""
 
-    def __init__(self, store: Store, engine_id: str, policy: EnvPolicy, clock: Clock = SYSTEM) -> None:
+    def __init__(
+        self, store: Store, engine_id: str, policy: EnvPolicy, clock: Clock = SYSTEM, sources: Sequence[str] = ()
+    ) -> None:
         self.store = store
         self.engine_id = engine_id
+        self.sources = list(sources)
         self.clock = clock
         self.firer = Firer(concurrency=NOTIFY_CONCURRENCY, policy=policy)
         self.observers: list[DeliveryObserver] = []
@@ -244,7 +247,13 @@ class Deliverer:
             rows = await Store.fetch(
                 conn,
                 "notifications_claim",
-                {"now": now, "limit": NOTIFY_BATCH, "engine_id": self.engine_id, "lease": LEASE_MARGIN},
+                {
+                    "now": now,
+                    "limit": NOTIFY_BATCH,
+                    "engine_id": self.engine_id,
+                    "lease": LEASE_MARGIN,
+                    "sources": self.sources,
+                },
             )
         if not rows:
             return 0

@@ -394,8 +394,10 @@ SELECT t.source, u.notifier, u.task_id, u.event, u.run_id, u.scheduled_for, u.pa
 ON CONFLICT DO NOTHING;
 
 -- name: notifications_claim
--- Due notifications for this engine to send: moved past the send's deadline (a lease) so no other
--- engine sends them meanwhile; rows another engine is claiming are skipped, not waited for.
+-- Due notifications of the engine's sources (every source's when it has none; the secrets of a
+-- source's notifiers are in its engines' environment) for this engine to send: moved past the
+-- send's deadline (a lease) so no other engine sends them meanwhile; rows another engine is
+-- claiming are skipped, not waited for.
 UPDATE scheduler.notifications n
    SET attempts = n.attempts + 1, engine_id = %(engine_id)s,
        next_attempt_at = %(now)s + make_interval(secs => COALESCE((due.spec ->> 'timeout_seconds')::float8, 60)
@@ -403,6 +405,7 @@ UPDATE scheduler.notifications n
   FROM (SELECT d.id, f.spec
           FROM (SELECT id, source, notifier FROM scheduler.notifications
                  WHERE status = 'pending' AND next_attempt_at <= %(now)s
+                   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
                  ORDER BY next_attempt_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) d
           LEFT JOIN scheduler.notifiers f ON f.source = d.source AND f.name = d.notifier) due
  WHERE n.id = due.id

@@ -4,6 +4,7 @@ caused them, delivery with retries and one Idempotency-Key per event, late occur
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -178,6 +179,16 @@ def test_the_cli_reads_notifiers_beside_the_tasks_and_applies_them(dsn: str, tmp
     assert "+ notifier oncall" in planned and "webhook POST https://hooks.example.com/a" in planned
     assert "Apply complete: 2 change(s) written." in run_cli(dsn, "--tasks-dir", tasks, "apply")
     assert "No changes." in run_cli(dsn, "--tasks-dir", tasks, "plan")
+    write(tmp_path, {"notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "RECONCILER_DSN" }\n'})
+    checked = subprocess.run(
+        [sys.executable, "-m", "reconciler", "--tasks-dir", tasks, "validate", "--env-policy", "--check-env"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "RECONCILER_DSN"},
+    )
+    assert checked.returncode == 1
+    assert "notifiers.d/chat.toml:2: url: environment variable RECONCILER_DSN is not allowed" in checked.stderr
+    assert "notifiers.d/chat.toml:2: url: environment variable RECONCILER_DSN is not set" in checked.stderr
 
 
 async def test_an_event_that_cannot_be_written_never_costs_a_run_its_result(
