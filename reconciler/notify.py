@@ -38,8 +38,8 @@ STATEFUL = ("failure", "recovery", "lost")  # events decided on the task's faili
 NOTIFY_ATTEMPTS = 10  # then the notification is `failed`
 NOTIFY_BACKOFF = 2.0  # seconds before the 2nd attempt, doubling (2, 4, … 512 s: about 17 minutes in all)
 NOTIFY_POLL_SECONDS = 1.0  # how often each engine looks for due notifications
-NOTIFY_BATCH = 50  # notifications one engine claims at a time
 NOTIFY_CONCURRENCY = 10  # sent at a time per engine, on a session of their own: never a firing slot
+NOTIFY_BATCH = NOTIFY_CONCURRENCY  # claimed at a time: each starts at once, so its lease covers its send
 LEASE_MARGIN = 30.0  # a claimed notification is another engine's to send this long after its timeout
 
 
@@ -121,7 +121,7 @@ def outbox_rows(
     events: Iterable[Event], subs_of: Mapping[str, Mapping[str, list[str]]], now: datetime
 ) -> dict[str, Any]:
     """`notifications_insert`'s parameters: one row per event and subscribed notifier."""
-    rows = [(e, name) for e in events for name in subs_of.get(e.task_id, {}).get(e.event, [])]
+    rows = [(e, name) for e in events for name in dict.fromkeys(subs_of.get(e.task_id, {}).get(e.event, []))]
     return {
         "now": now,
         "task_ids": [e.task_id for e, _ in rows],

@@ -117,7 +117,9 @@ class Plan:
         ]
         described: list[Any] = [self.source, shown]
         if self.notifiers:  # absent otherwise: a plan without notifier changes keeps its digest
-            described.append([[n.op, n.name, [[f.path, f.old, f.new] for f in n.fields]] for n in self.notifiers])
+            described.append(
+                [[n.op, n.name, n.after, [[f.path, f.old, f.new] for f in n.fields]] for n in self.notifiers]
+            )
         text = json.dumps(described, sort_keys=True, default=str, ensure_ascii=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
