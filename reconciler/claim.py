@@ -415,7 +415,7 @@ def lost_ends(lost: Sequence[Row]) -> list[Ended]:
     """The runs a claim found lost whose tasks hear of it (`lost`, and `recovery` after)."""
     ends = []
     for row in lost:
-        found = ended_of(row["task_id"], None, row["notify"])
+        found = ended_of(None, row["notify"])
         if found is not None:
             detail = {"error": row["error"]}
             ends.append(Ended(row["task_id"], row["id"], row["scheduled_for"], "lost", *found, detail=detail))

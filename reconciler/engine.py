@@ -135,7 +135,7 @@ class Engine:
             outcome = Outcome("failed", [Attempt(1, error=f"engine error while firing: {type(exc).__name__}")])
         result = {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status}
         result["finished_at"] = self.clock.now()
-        if claimed.spec.notify is not None and (found := ended_of(claimed.task_id, claimed.spec, None)):
+        if claimed.spec.notify is not None and (found := ended_of(claimed.spec, None)):
             detail = {
                 "http_status": outcome.last.http_status,
                 "error": result["error"],

@@ -157,9 +157,7 @@ async def record_ended(conn: Conn, ended: Sequence[Ended], now: datetime) -> Non
     await Store.send(conn, statements)
 
 
-def ended_of(
-    task_id: str, spec: TaskSpec | None, notify: Mapping[str, Any] | None
-) -> tuple[dict[str, list[str]], int | None] | None:
+def ended_of(spec: TaskSpec | None, notify: Mapping[str, Any] | None) -> tuple[dict[str, list[str]], int | None] | None:
     """A task's stateful subscriptions and repeat, from its spec (or its stored `notify` JSON); None when none."""
     raw = spec.notify.model_dump() if spec is not None and spec.notify is not None else notify
     if not raw:
@@ -179,6 +177,13 @@ def late_after(spec: TaskSpec) -> float | None:
     )
 
 
+def late_event(task_id: str, scheduled_for: datetime, now: datetime) -> Event:
+    """`late` for an occurrence still unclaimed at `now` (the claim's and the scan's)."""
+    late = round((now - scheduled_for).total_seconds())
+    body = payload("late", task_id, now, scheduled_for=scheduled_for, late_seconds=late)
+    return Event("late", task_id, None, scheduled_for, body)
+
+
 def claim_events(
     spec: TaskSpec, task_id: str, due: Sequence[datetime], missed: Sequence[datetime], now: datetime
 ) -> list[Event]:
@@ -189,10 +194,7 @@ def claim_events(
     if limit is not None:
         late = [moment for moment in due if (now - moment).total_seconds() > limit]
         if late:
-            body = payload(
-                "late", task_id, now, scheduled_for=late[0], late_seconds=round((now - late[0]).total_seconds())
-            )
-            events.append(Event("late", task_id, None, late[0], body))
+            events.append(late_event(task_id, late[0], now))
     if missed and spec.notify is not None and spec.notify.missed:
         body = payload("missed", task_id, now, scheduled_for=missed[-1], missed=len(missed))
         events.append(Event("missed", task_id, None, missed[-1], body))
@@ -338,10 +340,8 @@ async def late_scan(store: Store, now: datetime) -> int:
         rows = await Store.fetch(conn, "tasks_late", {"now": now})
         events, subs_of = [], {}
         for row in rows:
-            late = (now - row["next_run_at"]).total_seconds()
-            body = payload("late", row["id"], now, scheduled_for=row["next_run_at"], late_seconds=round(late))
-            events.append(Event("late", row["id"], None, row["next_run_at"], body))
-            subs_of[row["id"]] = {"late": list(row["late"])}
+            events.append(late_event(row["id"], row["next_run_at"], now))
+            subs_of[row["id"]] = subscriptions({"notify": {"late": row["late"]}})
         if events:
             await Store.execute(conn, "notifications_insert", outbox_rows(events, subs_of, now))
     return len(events)
