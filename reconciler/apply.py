@@ -19,6 +19,7 @@ from reconciler.errors import UserError
 from reconciler.loader import LoadResult, Stored, Task, read_files
 from reconciler.notifier_plan import attach_notifiers, notifier_rows, write_notifiers
 from reconciler.notifiers import Notifiers
+from reconciler.notify import stateful
 from reconciler.plan import Change, Plan, make_plan
 from reconciler.revision import LiveRevision, Revision
 from reconciler.store import Conn, Store, TaskRow
@@ -157,6 +158,24 @@ async def write_changes(conn: Conn, changes: list[Change], source: str, now: dat
                 await Store.execute_many(conn, name, params_list)
 
 
+def state_resets(changes: list[Change]) -> list[str]:
+    """Tasks whose notification state (notify_state) starts afresh: deleted, created or moved (their ids,
+    old and new), or with other failure/recovery/lost subscribers, so a `recovery` is never sent to
+    someone who heard of no failure."""
+    ids: list[str] = []
+    for change in changes:
+        if change.op in ("delete", "create", "move"):
+            ids += [change.id, *([change.row.id] if change.row is not None else [])]
+        elif (
+            change.op == "update"
+            and change.row is not None
+            and change.task is not None
+            and stateful(change.row.spec) != stateful(change.task.normalized)
+        ):
+            ids.append(change.id)
+    return ids
+
+
 async def seal_unchanged(conn: Conn, changes: list[Change]) -> None:
     """Store the file digest on rows found equal to their parsed file, so the next plan need not parse it."""
     found = {
@@ -201,6 +220,8 @@ async def apply_tasks(
         writes = [c for c in plan.changes if c.writes]
         await write_notifiers(conn, plan.notifiers, source)
         await write_changes(conn, writes, source, now, options.revision.revision)
+        if resets := state_resets(writes):
+            await Store.execute(conn, "notify_state_reset", {"ids": resets})
         await record_apply(conn, plan, now, options.revision)
         if writes:
             # Unchanged rows without their file's digest (an older reconciler wrote them, or the

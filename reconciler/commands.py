@@ -57,9 +57,14 @@ def load_or_report(args: argparse.Namespace, loaded: LoadResult | None = None) -
     for error in result.errors:
         err(str(error))
     if result.errors:
-        err(f"{len(result.errors)} error(s) in {args.tasks_dir}; nothing was changed")
+        err(f"{len(result.errors)} error(s) in {read_dirs(args, notifiers)}; nothing was changed")
         return None
     return result
+
+
+def read_dirs(args: argparse.Namespace, notifiers: Notifiers | None) -> str:
+    """`tasks.d`, or `tasks.d and notifiers.d` when there is one: what a command read."""
+    return f"{args.tasks_dir} and {notifiers.root}" if notifiers is not None and notifiers.present else args.tasks_dir
 
 
 def notifier_files(args: argparse.Namespace) -> Notifiers:
@@ -99,7 +104,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if problems or missing:
         return EXIT_ERROR
     noted = f" ({len(warnings)} warning(s) on stderr)" if warnings else ""
-    print(f"{len(result.tasks)} task file(s) in {args.tasks_dir} are valid{noted}")
+    files = f"{len(result.tasks)} task file(s) in {args.tasks_dir}"
+    if result.notifiers is not None and result.notifiers.present:
+        files += f" and {len(result.notifiers.by_name)} notifier file(s) in {result.notifiers.root}"
+    print(f"{files} are valid{noted}")
     return EXIT_OK
 
 
@@ -242,52 +250,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return EXIT_ERROR if code is None else code
 
 
-async def apply_files(store: Store, args: argparse.Namespace) -> None:
-    """One apply of the task files for watch/up: errors are reported and nothing is applied."""
-    from reconciler import planview
-    from reconciler.apply import ApplyOptions, apply_tasks, load_files
-
-    stamp = utcnow().strftime("%H:%M:%S")
-    try:
-        # Loading reads the database too (unchanged files are not parsed): a lost connection is reported alike.
-        loaded = await load_files(store, Path(args.tasks_dir), args.tasks_dir)
-        loaded.notifiers = notifier_files(args)
-        loaded.errors += loaded.notifiers.errors
-        if loaded.errors:
-            for error in loaded.errors:
-                err(str(error))
-            err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
-            return
-        # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
-        options = ApplyOptions(prune=not args.no_prune, revision=detect(Path(args.tasks_dir), None))
-        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options, loaded.notifiers)
-    except UserError as exc:
-        err(f"[{stamp}] apply refused: {exc}; still watching")
-        return
-    print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
-
-
-async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
-    """Apply now, then after every (debounced) change below --tasks-dir until `stop` is set."""
-    from watchfiles import awatch
-
-    changes = awatch(args.tasks_dir, debounce=args.debounce_ms, step=50, recursive=True, stop_event=stop)
-    # The generator's first step creates the file watcher; let it run before the first apply, so an
-    # edit made while that apply runs is seen (it waits in the watcher) instead of lost.
-    first = asyncio.ensure_future(anext(changes))
-    await asyncio.sleep(0)
-    await apply_files(store, args)
-    try:
-        await first
-        await apply_files(store, args)
-        async for _ in changes:
-            await apply_files(store, args)
-    except StopAsyncIteration:  # stopped before anything changed
-        return
-    except FileNotFoundError:  # the directory was removed while watched
-        err(f"{args.tasks_dir} is gone; no longer watching it (the database keeps what was applied)")
-
-
 def need_tasks_dir(args: argparse.Namespace) -> None:
     """watch and up watch the directory: it must be there before they start."""
     if not Path(args.tasks_dir).is_dir():
@@ -303,6 +265,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
         # SIGINT/SIGTERM end the watch cleanly (exit 0, like `up` and `engine`); a KeyboardInterrupt
         # would leave the file watcher's thread running and the process waiting for it.
+        from reconciler.watching import watch_files
+
         await watch_files(store, args, stop_on_signals())
         return EXIT_OK
 

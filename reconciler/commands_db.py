@@ -315,7 +315,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-NOTIFICATIONS_HEADER = ["ID", "CREATED (UTC)", "TASK", "EVENT", "NOTIFIER", "RUN", "STATUS", "TRY", "HTTP", "ERROR"]
+NOTIFICATIONS_HEADER = [
+    "ID",
+    "CREATED (UTC)",
+    "TASK",
+    "EVENT",
+    "NOTIFIER",
+    "OCCURRENCE (UTC)",  # the run's scheduled time; late and missed events have an occurrence but no run
+    "RUN",
+    "STATUS",
+    "TRY",
+    "NEXT TRY (UTC)",
+    "HTTP",
+    "ERROR",
+]
 
 
 def cmd_notifications(args: argparse.Namespace) -> int:
@@ -342,13 +355,15 @@ def cmd_notifications(args: argparse.Namespace) -> int:
             r["task_id"],
             r["event"],
             r["notifier"],
+            utc_text(r["scheduled_for"]),
             str(r["run_id"] or "-"),
             r["status"],
             str(r["attempts"]),
+            utc_text(r["next_attempt_at"] if r["status"] == "pending" else None),
             str(r["http_status"] or "-"),
             r["error"] or "",
         ]
         for r in rows
     ]
-    print("\n".join(render.table(NOTIFICATIONS_HEADER, cells, right=(0, 5, 7, 8))))  # every cell escaped there
+    print("\n".join(render.table(NOTIFICATIONS_HEADER, cells, right=(0, 6, 8, 10))))  # every cell escaped there
     return EXIT_OK

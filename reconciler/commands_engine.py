@@ -12,7 +12,7 @@ import logging
 from reconciler import render
 from reconciler.claim import Claimed, Report
 from reconciler.clock import utc_text, utcnow
-from reconciler.commands import err, log, need_tasks_dir, stop_on_signals, watch_files, with_store
+from reconciler.commands import err, log, need_tasks_dir, stop_on_signals, with_store
 from reconciler.embedded import resolve_dsn
 from reconciler.engine import Engine, EngineConfig, back_off, default_engine_id
 from reconciler.environment import globs
@@ -134,10 +134,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     config = engine_config(args, (args.source,))  # `up` fires its own tasks only, even on a shared database
 
     async def work(store: Store) -> int:
+        from reconciler.watching import watch_files
+
         engine = Engine(store, config)
         stop = stop_on_signals(engine, err if people else None)
         engine.observers.append(RunPrinter())
-        print(f"reconciler up: watching {args.tasks_dir}, engine {config.engine_id}; Ctrl-C stops", flush=True)
+        watched = f"{args.tasks_dir} and {args.notifiers_dir}"
+        print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
         watcher = asyncio.create_task(watch_files(store, args, stop))
         try:
             await run_engine(store, args, stop, engine)

@@ -24,9 +24,10 @@ import psycopg
 
 from reconciler.claim import Claimed, Claimer, Report
 from reconciler.clock import SYSTEM, Clock, utc_iso, utc_text
+from reconciler.delivery import Deliverer
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
-from reconciler.notify import NOTIFY_POLL_SECONDS, Deliverer, Ended, ended_of, late_scan
+from reconciler.notify import Ended, ended_of, late_scan
 from reconciler.results import DB_FAULTS, Results, attempt_params
 from reconciler.store import Store
 from reconciler.targets import Attempt, Firer, Outcome
@@ -352,14 +353,13 @@ class Engine:
                 )
             ),
             asyncio.create_task(
-                self._every(stop, NOTIFY_POLL_SECONDS, self.deliverer.deliver_due, "sending notifications")
-            ),
-            asyncio.create_task(
                 self._every(
                     stop, self.config.heartbeat_seconds, lambda: late_scan(self.store, self.clock.now()), "late scan"
                 )
             ),
         ]
+        # Not cancelled at stop (a claim cut off would leave its rows leased): it ends when `stop` is set.
+        delivering = asyncio.create_task(self.deliverer.run(stop))
         while not stop.is_set():
             try:
                 if self._collect():  # first: claims that ended go to the queue, listener or not
@@ -391,7 +391,7 @@ class Engine:
                 backoff = await back_off(stop, backoff)
         for task in beside:
             task.cancel()
-        await asyncio.gather(*beside, return_exceptions=True)
+        await asyncio.gather(*beside, delivering, return_exceptions=True)
         await self._finish_claims()
         await self.drain(flusher)
         if listener is not None:
@@ -496,7 +496,7 @@ class Engine:
 
     async def drain(self, flusher: asyncio.Task[None]) -> None:
         """Let in-flight runs finish (bounded, cut short by `hurry`), write their results (bounded), say goodbye."""
-        await self._while_running(lambda: set(self.workers))
+        await self._while_running(lambda: {*self.workers, *self.deliverer.sending})
         left = self.in_flight
         self.queue.clear()  # stopped now: these runs, and those cut off below, end `lost` when their leases expire
         for worker in list(self.workers):
@@ -517,5 +517,5 @@ class Engine:
         with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
             async with self.store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})
+        await self.deliverer.finish()
         await self.firer.close()
-        await self.deliverer.close()

@@ -36,6 +36,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "applies": ("SELECT", "INSERT"),
         "notifiers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "notifications": ("SELECT",),
+        # a task deleted, or its failure/recovery/lost subscribers changed, starts its failing state afresh
+        "notify_state": ("SELECT", "DELETE"),
     },
     "engine": {
         "tasks": ("SELECT", "UPDATE(next_run_at)"),

@@ -252,6 +252,15 @@ def _misspelt(errors: list[Any], spec_fields: dict[tuple[str, ...], list[str]]) 
     return meant
 
 
+# pydantic's bound errors → (their context's key, the words of "must be …")
+BOUNDS = {
+    "greater_than_equal": ("ge", "at least"),
+    "less_than_equal": ("le", "at most"),
+    "greater_than": ("gt", "more than"),
+    "less_than": ("lt", "less than"),
+}
+
+
 def _message(error: Any, spec_fields: dict[tuple[str, ...], list[str]], loc: tuple[str, ...]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
@@ -274,7 +283,11 @@ def _message(error: Any, spec_fields: dict[tuple[str, ...], list[str]], loc: tup
             else f"unknown kind {error['input'].get('kind')!r}; use one of {tags}"
         )
     if kind == "union_tag_not_found":
-        return f"missing kind; use one of {error['ctx']['discriminator']}"
+        tags = [key[-1] for key in spec_fields if key[:-1] == loc[:-1] and len(key) == len(loc)]
+        return f"missing kind; use one of {', '.join(map(repr, tags))}" if tags else "missing kind"
+    if kind in BOUNDS:
+        bound, words = BOUNDS[kind]
+        return f"must be {words} {error['ctx'][bound]} (got {error['input']!r})"
     message = str(error["msg"])
     if kind == "literal_error" and isinstance(error.get("input"), str):
         message += suggestion(error["input"], _quoted(error["ctx"]["expected"]))
@@ -321,7 +334,7 @@ def _ignored(name: str) -> bool:
     return name.startswith(("_", "."))
 
 
-def _link_problem(path: Path, root: Path) -> str | None:
+def _link_problem(path: Path, root: Path, what: str) -> str | None:
     """Why the symlink `path` cannot stand for a task file below `root` (resolved), or None."""
     try:
         real = path.resolve(strict=True)
@@ -334,7 +347,7 @@ def _link_problem(path: Path, root: Path) -> str | None:
             return "is a broken symlink; remove it or fix its target"
         return f"cannot follow symlink ({exc.strerror})"
     if not real.is_relative_to(root):
-        return "is a symlink to a path outside the tasks directory; copy the file in instead"
+        return f"is a symlink to a path outside {what}; copy the file in instead"
     if real.is_dir():
         return "is a symlink to a directory, which is not followed; move or link the files themselves"
     return None
@@ -343,7 +356,7 @@ def _link_problem(path: Path, root: Path) -> str | None:
 DIRECTORY_NAMED_TOML = "is a directory, not a task file; rename it (the files in it are loaded)"
 
 
-def scan(tasks_dir: Path) -> list[Entry]:
+def scan(tasks_dir: Path, what: str = "the tasks directory") -> list[Entry]:
     """Every `*.toml` entry below `tasks_dir`, sorted, each with its problem if any; `_`/`.` names are skipped.
 
     Nothing is skipped silently: a directory named `*.toml`, a broken or looping symlink, a
@@ -368,13 +381,13 @@ def scan(tasks_dir: Path) -> list[Entry]:
             path = folder / name
             if _is_dir(item):
                 if item.is_symlink():  # reported, never walked, so no loop can recur
-                    entries.append(Entry(path, _link_problem(path, root) or "is a symlink to a directory"))
+                    entries.append(Entry(path, _link_problem(path, root, what) or "is a symlink to a directory"))
                     continue
                 if name.endswith(".toml"):
                     entries.append(Entry(path, DIRECTORY_NAMED_TOML))
                 folders.append(path)
             elif name.endswith(".toml"):
-                entries.append(Entry(path, _link_problem(path, root) if item.is_symlink() else None))
+                entries.append(Entry(path, _link_problem(path, root, what) if item.is_symlink() else None))
     return sorted(entries, key=lambda entry: entry.path.parts)  # as paths sort, without a Path comparison per step
 
 

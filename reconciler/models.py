@@ -50,6 +50,11 @@ MAX_INTERVAL_SECONDS = 36_500 * DAY  # 100 years
 MAX_CALENDAR_EVERY = 1000
 MAX_CLOCK_TIMES = 1440  # one per minute of the day
 MAX_MISFIRE_GRACE_SECONDS = 366 * DAY
+# `late` sooner than this after an occurrence was due would be a claim's ordinary lag, not a dead engine:
+# an explicit late_after_seconds is at least MIN_LATE_AFTER_SECONDS, the default (the misfire grace,
+# 0 for some tasks) at least LATE_FLOOR_SECONDS.
+MIN_LATE_AFTER_SECONDS = 10
+LATE_FLOOR_SECONDS = 60
 MAX_RETRY_WAIT_SECONDS = DAY  # all backoffs of one run together: a killed engine's lease must expire
 MAX_KEEP_RUNS = 1_000_000  # the retention query casts it to int4
 MAX_DESCRIPTION = 4096
@@ -752,7 +757,7 @@ class Notify(Model):
     missed: Subscribers = Field(default_factory=list)  # a claim recorded missed occurrences
     lost: Subscribers = Field(default_factory=list)  # a run's engine died holding it (as failure: on a change of state)
     late: Subscribers = Field(default_factory=list)  # an occurrence still unclaimed late_after_seconds after it was due
-    late_after_seconds: int | None = Field(default=None, ge=1, le=MAX_MISFIRE_GRACE_SECONDS)
+    late_after_seconds: int | None = Field(default=None, ge=MIN_LATE_AFTER_SECONDS, le=MAX_MISFIRE_GRACE_SECONDS)
     repeat_every_seconds: int | None = Field(default=None, ge=60, le=MAX_MISFIRE_GRACE_SECONDS)
 
     def names(self) -> set[str]:

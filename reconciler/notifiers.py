@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -32,7 +32,6 @@ from reconciler.loader import (
 from reconciler.models import (
     ID_SEGMENT,
     NOTIFY_EVENTS,
-    CrossCheck,
     Model,
     SecretRef,
     Target,
@@ -44,22 +43,16 @@ MAX_NOTIFY_TIMEOUT = 60.0
 KIND_MISSING = 'missing kind; write kind = "webhook" or kind = "slack"'
 
 
+BODY_KEYS = ("json", "body")  # a task target's keys a notifier has not: the event is its body
+NO_BODY = "a notifier sends the event as its JSON body; remove this key"
+
+
 class WebhookNotifier(Target):
-    """A POST (or any method) of the event as JSON: URL, method, headers, query and auth as a task's target."""
+    """A POST (or any method) of the event as JSON: URL, method, headers, query and auth as a task's target
+    (`json` and `body` are refused before the model sees the file: see validate_notifier)."""
 
     kind: Literal["webhook"]
     timeout_seconds: float = Field(default=10, gt=0, le=MAX_NOTIFY_TIMEOUT)
-
-    cross_checks: ClassVar[tuple[CrossCheck, ...]] = (
-        *Target.cross_checks,
-        (("json_body", "body"), lambda v: _no_body(**v)),
-    )
-
-
-def _no_body(json_body: Any, body: str | None) -> str | None:
-    if json_body is not None or body is not None:
-        return "a notifier sends the event as its JSON body; remove json and body"
-    return None
 
 
 class SlackNotifier(Model):
@@ -138,14 +131,18 @@ def validate_notifier(name: str, display: str, source: str) -> tuple[Notifier | 
         nonlocal lines
         lines = key_lines(source) if lines is None else lines
         loc = loc[1:] if loc[:1] in (("webhook",), ("slack",)) else loc  # the union's tag is the file's `kind`
-        return FileError(display, locate(lines, loc), key_path(loc), message)
+        # The target's checks name a task file's keys (`target.auth.kind`): a notifier's are at its top level.
+        return FileError(display, locate(lines, loc), key_path(loc), message.replace("target.", ""))
 
-    hostile = list(hostile_values(data))
-    errors = [error(loc, message) for loc, message in hostile]
     if not data:
         return None, [
             FileError(display, 0, "(file)", "empty notifier file; " + KIND_MISSING.removeprefix("missing kind; "))
         ]
+    hostile = list(hostile_values(data))
+    errors = [error(loc, message) for loc, message in hostile]
+    if data.get("kind") == "webhook":
+        errors += [error((key,), NO_BODY) for key in BODY_KEYS if key in data]
+        data = {key: value for key, value in data.items() if key not in BODY_KEYS}
     try:
         spec = _adapter().validate_python(data)
     except ValidationError as exc:
@@ -167,6 +164,12 @@ class Notifiers:
     by_name: dict[str, Notifier]
     errors: list[FileError]
     present: bool = True  # the directory exists
+    invalid: set[str] = field(default_factory=set)  # names of files with errors: reported once, in their file
+
+    @property
+    def named(self) -> set[str]:
+        """Every notifier a task may name without a "no notifier" error of its own."""
+        return {*self.by_name, *self.invalid}
 
 
 def load_notifiers(notifiers_dir: Path, display_root: str | None = None) -> Notifiers:
@@ -177,7 +180,7 @@ def load_notifiers(notifiers_dir: Path, display_root: str | None = None) -> Noti
     found: dict[str, Notifier] = {}
     errors: list[FileError] = []
     depth = len(notifiers_dir.parts)
-    for entry in scan(notifiers_dir):
+    for entry in scan(notifiers_dir, root):
         parts = entry.path.parts[depth:]
         display = f"{root.rstrip('/')}/{'/'.join(parts)}"
         if entry.problem is not None:
@@ -198,7 +201,8 @@ def load_notifiers(notifiers_dir: Path, display_root: str | None = None) -> Noti
         errors += problems
         if notifier is not None:
             found[notifier.name] = notifier
-    return Notifiers(root, found, errors)
+    invalid = {error.path.rsplit("/", 1)[-1].removesuffix(".toml") for error in errors}
+    return Notifiers(root, found, errors, invalid=invalid)
 
 
 def subscriptions(spec: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -240,5 +244,5 @@ def subscription_errors(
     for task in tasks:
         stored = stored_specs.get(task.id) if task.stored is not None else None
         spec = stored if stored is not None else task.normalized
-        errors += unknown_subscriptions(task.path, spec, notifiers.by_name, notifiers.root, task.line_of)
+        errors += unknown_subscriptions(task.path, spec, notifiers.named, notifiers.root, task.line_of)
     return errors

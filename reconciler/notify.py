@@ -1,6 +1,5 @@
-"""Notifications: events written to the `scheduler.notifications` outbox in the transaction of what
-caused them, and their delivery by any engine (claimed with SKIP LOCKED, retried, one Idempotency-Key
-per event).
+"""Notification events: rows of the `scheduler.notifications` outbox written in the transaction of what
+caused them (their delivery is delivery.py's).
 
 - `failure` / `lost` when a run ends failed (after its retries) or lost while the task was not
   failing; again every `repeat_every_seconds` while it keeps failing, if set. `recovery` on the
@@ -8,39 +7,24 @@ per event).
   that writes the result, so replicas writing results of one task at once agree on it.
 - `missed` once per claim that records missed occurrences of the task.
 - `late` (the dead-man's switch) once per occurrence still unclaimed `late_after_seconds` after it
-  was due (default: the task's misfire grace), seen by the claim that takes it or by any live
-  engine's scan (`late_scan`), whichever comes first.
+  was due (default: the task's misfire grace, at least LATE_FLOOR_SECONDS), seen by the claim that
+  takes it or by any live engine's scan (`late_scan`), whichever comes first.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any
 
-from pydantic import ValidationError
-
-from reconciler.clock import SYSTEM, Clock, utc_iso
-from reconciler.environment import EnvPolicy
-from reconciler.errors import one_line
-from reconciler.models import Target, TaskSpec
-from reconciler.notifiers import SlackNotifier, parse_spec, subscriptions
-from reconciler.store import Conn, Row, Store
-from reconciler.targets import Attempt, Firer, backoff_delay
-
-log = logging.getLogger("reconciler.engine")
+from reconciler.clock import utc_iso
+from reconciler.models import LATE_FLOOR_SECONDS, TaskSpec
+from reconciler.notifiers import subscriptions
+from reconciler.store import Conn, Store
 
 STATEFUL = ("failure", "recovery", "lost")  # events decided on the task's failing state
-NOTIFY_ATTEMPTS = 10  # then the notification is `failed`
-NOTIFY_BACKOFF = 2.0  # seconds before the 2nd attempt, doubling (2, 4, … 512 s: about 17 minutes in all)
-NOTIFY_POLL_SECONDS = 1.0  # how often each engine looks for due notifications
-NOTIFY_CONCURRENCY = 10  # sent at a time per engine, on a session of their own: never a firing slot
-NOTIFY_BATCH = NOTIFY_CONCURRENCY  # claimed at a time: each starts at once, so its lease covers its send
-LEASE_MARGIN = 30.0  # a claimed notification is another engine's to send this long after its timeout
 
 
 @dataclass(frozen=True)
@@ -157,12 +141,17 @@ async def record_ended(conn: Conn, ended: Sequence[Ended], now: datetime) -> Non
     await Store.send(conn, statements)
 
 
+def stateful(spec: Mapping[str, Any]) -> dict[str, list[str]]:
+    """A normalized spec's subscribers of the events its failing state decides (failure, recovery, lost)."""
+    return {event: names for event, names in subscriptions(spec).items() if event in STATEFUL}
+
+
 def ended_of(spec: TaskSpec | None, notify: Mapping[str, Any] | None) -> tuple[dict[str, list[str]], int | None] | None:
     """A task's stateful subscriptions and repeat, from its spec (or its stored `notify` JSON); None when none."""
     raw = spec.notify.model_dump() if spec is not None and spec.notify is not None else notify
     if not raw:
         return None
-    subs = {event: names for event, names in subscriptions({"notify": raw}).items() if event in STATEFUL}
+    subs = stateful({"notify": raw})
     repeat = raw.get("repeat_every_seconds")
     return (subs, int(repeat) if isinstance(repeat, int | float) else None) if subs else None
 
@@ -172,9 +161,9 @@ def late_after(spec: TaskSpec) -> float | None:
     notify = spec.notify
     if notify is None or not notify.late:
         return None
-    return float(
-        notify.late_after_seconds if notify.late_after_seconds is not None else spec.policy.misfire_grace_seconds
-    )
+    if notify.late_after_seconds is not None:
+        return float(notify.late_after_seconds)
+    return float(max(spec.policy.misfire_grace_seconds, LATE_FLOOR_SECONDS))
 
 
 def late_event(task_id: str, scheduled_for: datetime, now: datetime) -> Event:
@@ -201,143 +190,11 @@ def claim_events(
     return events
 
 
-# ---------------------------------------------------------------- delivery
-
-
-class DeliveryObserver(Protocol):
-    """Told of every delivery attempt (metrics): outcome delivered, retry or failed."""
-
-    def notified(self, notifier: str, event: str, outcome: str) -> None: ...
-
-
-def slack_text(body: Mapping[str, Any]) -> str:
-    """A readable Slack message of an event."""
-    event, task = body.get("event"), body.get("task_id")
-    when = body.get("scheduled_for")
-    head = {
-        "failure": ":red_circle: *{task}* failed",
-        "lost": ":red_circle: *{task}*: run lost (its engine stopped)",
-        "recovery": ":large_green_circle: *{task}* recovered",
-        "missed": ":warning: *{task}* missed {missed} occurrence(s)",
-        "late": ":warning: *{task}* is late: not started {late_seconds} s after it was due",
-    }.get(str(event), "*{task}*: {event}")
-    text = head.format(task=task, event=event, missed=body.get("missed"), late_seconds=body.get("late_seconds"))
-    details = [f"scheduled for {when}" if when else "", f"run {body['run_id']}" if body.get("run_id") else ""]
-    error = body.get("error") or (f"HTTP {body['http_status']}" if body.get("http_status") else "")
-    details.append(str(error))
-    return text + "".join(f"\n• {d}" for d in details if d)
-
-
-class Deliverer:
-    """Sends due notifications: its own HTTP session and slots, so a notifier that is down or slow never
-    holds a task's firing slot; runs beside the claims (Engine.serve)."""
-
-    def __init__(
-        self, store: Store, engine_id: str, policy: EnvPolicy, clock: Clock = SYSTEM, sources: Sequence[str] = ()
-    ) -> None:
-        self.store = store
-        self.engine_id = engine_id
-        self.sources = list(sources)
-        self.clock = clock
-        self.firer = Firer(concurrency=NOTIFY_CONCURRENCY, policy=policy)
-        self.observers: list[DeliveryObserver] = []
-
-    async def deliver_due(self) -> int:
-        """Claim the due notifications (up to NOTIFY_BATCH), send them, record each outcome; how many were sent."""
-        now = self.clock.now()
-        async with self.store.connection() as conn:
-            rows = await Store.fetch(
-                conn,
-                "notifications_claim",
-                {
-                    "now": now,
-                    "limit": NOTIFY_BATCH,
-                    "engine_id": self.engine_id,
-                    "lease": LEASE_MARGIN,
-                    "sources": self.sources,
-                },
-            )
-        if not rows:
-            return 0
-        outcomes = await asyncio.gather(*(self._deliver(row) for row in rows))
-        async with self.store.transaction() as conn:
-            await Store.execute_many(conn, "notification_result", outcomes)
-        return len(rows)
-
-    async def _deliver(self, row: Row) -> dict[str, Any]:
-        """One attempt of one notification → its row's new values."""
-        attempt = await self._attempt(row)
-        done = {
-            "id": row["id"],
-            "engine_id": self.engine_id,
-            "http_status": attempt.http_status,
-            "error": attempt.error,
-        }
-        now = self.clock.now()
-        if attempt.ok:
-            outcome, status, retry_at = "delivered", "delivered", now
-        elif _permanent(attempt) or row["attempts"] >= NOTIFY_ATTEMPTS:
-            outcome, status, retry_at = "failed", "failed", now
-        else:
-            wait = backoff_delay(NOTIFY_BACKOFF, row["attempts"], attempt.retry_after)
-            outcome, status, retry_at = "retry", "pending", now + timedelta(seconds=wait)
-        for observer in self.observers:
-            observer.notified(row["notifier"], row["event"], outcome)
-        if outcome != "delivered":
-            log.warning(
-                "notification %d (%s of %s to %s) %s: %s",
-                row["id"],
-                row["event"],
-                row["task_id"],
-                row["notifier"],
-                "gave up" if outcome == "failed" else f"attempt {row['attempts']} failed, retrying",
-                attempt.error,
-            )
-        return {**done, "status": status, "next": retry_at, "now": now}
-
-    async def _attempt(self, row: Row) -> Attempt:
-        if row["spec"] is None:
-            return Attempt(
-                row["attempts"], error=f"notifier {row['notifier']!r} no longer exists in its source's notifiers.d"
-            )
-        try:
-            target = self._target(row)
-        except Exception as exc:  # a variable not set, a stored spec edited by hand: this attempt's error
-            return Attempt(row["attempts"], error=f"notifier {row['notifier']!r} cannot be sent: {one_line(exc)}")
-        scheduled = row["scheduled_for"] or row["created_at"]
-        key = f"reconciler-notification-{row['id']}"
-        async with self.firer.slots:
-            return await self.firer.send(target, row["task_id"], scheduled, key, row["attempts"], float("inf"))
-
-    def _target(self, row: Row) -> Target:
-        """The request of one notification: a webhook's target with the event as its JSON body, or Slack's."""
-        spec = parse_spec(row["spec"])
-        body = row["payload"]
-        if isinstance(spec, SlackNotifier):
-            url = self.firer.secrets().resolve(spec.url, f"notifiers.d/{row['notifier']}.toml url")
-            try:
-                return Target.model_validate(
-                    {"url": url, "json": {"text": slack_text(body)}, "timeout_seconds": spec.timeout_seconds}
-                )
-            except ValidationError:  # never the URL in the error: it is a secret
-                raise ValueError(f"environment variable {spec.url.env} does not hold an http(s) URL") from None
-        return spec.model_copy(update={"json_body": body})
-
-    async def close(self) -> None:
-        await self.firer.close()
-
-
-def _permanent(attempt: Attempt) -> bool:
-    """A refusal a retry will not change: a 4xx other than 408 (timeout) and 429 (too many requests)."""
-    status = attempt.http_status
-    return status is not None and 400 <= status < 500 and status not in (408, 429)
-
-
 async def late_scan(store: Store, now: datetime) -> int:
     """Any engine's dead-man's switch: `late` for every occurrence of a task with late subscribers still
     unclaimed late_after_seconds after it was due, whatever source or engine should have claimed it."""
     async with store.connection() as conn:
-        rows = await Store.fetch(conn, "tasks_late", {"now": now})
+        rows = await Store.fetch(conn, "tasks_late", {"now": now, "floor": float(LATE_FLOOR_SECONDS)})
         events, subs_of = [], {}
         for row in rows:
             events.append(late_event(row["id"], row["next_run_at"], now))

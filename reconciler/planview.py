@@ -160,7 +160,12 @@ def summary_line(plan: Plan) -> str:
         f"Plan: {s['create']} to create, {s['update']} to update, {s['move']} to move, "
         f"{s['delete']} to delete, {s['noop']} unchanged"
     )
-    return text + (f", {s['drift']} drifted." if s["drift"] else ".")
+    text += f", {s['drift']} drifted" if s["drift"] else ""
+    if plan.notifiers:  # only then: the line of a plan without notifier changes is what it always was
+        ops = [change.op for change in plan.notifiers]
+        counts = ", ".join(f"{ops.count(op)} to {op}" for op in ("create", "update", "delete"))
+        text += f"; notifiers: {counts}"
+    return text + "."
 
 
 def _footer(plan: Plan) -> list[str]:

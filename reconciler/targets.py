@@ -218,6 +218,20 @@ async def read_excerpt(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return bytes(chunks)
 
 
+def redirect_hint(response: aiohttp.ClientResponse) -> str:
+    """For a redirect (never followed: the request's method, body and credentials would go where it says):
+    where it points, without credentials or query string, so the fix is plain."""
+    location = response.headers.get("Location")
+    if not 300 <= response.status < 400 or not location:
+        return ""
+    try:
+        where = response.url.join(yarl.URL(location)).with_user(None).with_query(None).with_fragment(None)
+    except ValueError:
+        return "; redirects are not followed"
+    shown = "".join(ch if ch.isprintable() else "?" for ch in str(where))[:200]
+    return f"; redirects to {shown}, which is not followed: set the url to it"
+
+
 def compact_json(value: Any) -> str:
     """JSON bodies as the SPEC's examples show them: no spaces after separators."""
     return json.dumps(value, separators=(",", ":"))
@@ -333,7 +347,7 @@ class Firer:
                 text = secrets.scrub(raw.decode("utf-8", "replace")) or ""
                 attempt.excerpt = text.encode()[:EXCERPT_BYTES].decode("utf-8", "ignore")
                 if not attempt.ok:
-                    attempt.error = f"HTTP {response.status}"
+                    attempt.error = f"HTTP {response.status}" + redirect_hint(response)
                     attempt.transient = response.status >= 500 or response.status == 429
                 return
 

@@ -376,6 +376,10 @@ INSERT INTO scheduler.notify_state (task_id) SELECT unnest(%(ids)s::text[]) ON C
 SELECT task_id, failing, failure_sent_at FROM scheduler.notify_state
  WHERE task_id = ANY(%(ids)s::text[]) ORDER BY task_id FOR UPDATE;
 
+-- name: notify_state_reset
+-- By apply: tasks deleted, created, moved, or whose failure/recovery/lost subscribers changed.
+DELETE FROM scheduler.notify_state WHERE task_id = ANY(%(ids)s::text[]);
+
 -- name: notify_state_save
 UPDATE scheduler.notify_state s SET failing = u.failing, failure_sent_at = u.sent, changed_at = %(now)s
   FROM unnest(%(ids)s::text[], %(failing)s::boolean[], %(sent)s::timestamptz[]) AS u(id, failing, sent)
@@ -418,15 +422,22 @@ UPDATE scheduler.notifications
        delivered_at = CASE WHEN %(status)s::text = 'delivered' THEN %(now)s::timestamptz END
  WHERE id = %(id)s AND engine_id = %(engine_id)s AND status = 'pending';
 
+-- name: notifications_release
+-- At an engine's stop: the sends it cut off are due again at once for any engine, the attempt not counted.
+UPDATE scheduler.notifications
+   SET attempts = greatest(attempts - 1, 0), next_attempt_at = %(now)s, engine_id = NULL
+ WHERE id = ANY(%(ids)s::bigint[]) AND engine_id = %(engine_id)s AND status = 'pending';
+
 -- name: tasks_late
--- The dead-man's switch: occurrences still unclaimed late_after_seconds (default the misfire grace)
--- after they were due, of tasks with `late` subscribers, not yet notified.
+-- The dead-man's switch: occurrences still unclaimed late_after_seconds (default the misfire grace,
+-- at least LATE_FLOOR_SECONDS) after they were due, of tasks with `late` subscribers, not yet notified.
 SELECT t.id, t.next_run_at, t.spec -> 'notify' -> 'late' AS late
   FROM scheduler.tasks t
  WHERE t.enabled AND t.next_run_at IS NOT NULL
    AND jsonb_typeof(t.spec -> 'notify' -> 'late') = 'array' AND jsonb_array_length(t.spec -> 'notify' -> 'late') > 0
    AND t.next_run_at < %(now)s - make_interval(secs => COALESCE((t.spec -> 'notify' ->> 'late_after_seconds')::float8,
-                                                                (t.spec -> 'policy' ->> 'misfire_grace_seconds')::float8, 60))
+                                                                GREATEST((t.spec -> 'policy' ->> 'misfire_grace_seconds')::float8,
+                                                                         %(floor)s)))
    AND NOT EXISTS (SELECT 1 FROM scheduler.notifications n
                     WHERE n.task_id = t.id AND n.event = 'late' AND n.scheduled_for = t.next_run_at)
  LIMIT 1000;

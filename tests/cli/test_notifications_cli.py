@@ -71,10 +71,11 @@ def runs(dsn: str, tasks: Path) -> tuple[int, int]:
     notification(dsn, "a", "failure", "pager", run_id=failed, status="failed", attempts=5, http_status=503,
                  error="service unavailable", created_at="2026-12-02 12:05:01+00")  # fmt: skip
     notification(dsn, "a", "recovery", "oncall", run_id=recovered, attempts=2, http_status=500,
-                 created_at="2026-12-02 12:10:01+00")  # fmt: skip
+                 created_at="2026-12-02 12:10:01+00", next_attempt_at="2026-12-02 12:10:05+00")  # fmt: skip
     notification(
-        dsn, "b", "late", "oncall", scheduled_for="2026-12-02 12:05:00+00", created_at="2026-12-02 12:06:30+00"
-    )
+        dsn, "b", "late", "oncall", scheduled_for="2026-12-02 12:05:00+00", created_at="2026-12-02 12:06:30+00",
+        next_attempt_at="2026-12-02 12:06:30+00",
+    )  # fmt: skip
     return failed, recovered
 
 
@@ -93,13 +94,18 @@ def test_notifications_lists_the_outbox_newest_first(
     code, out, _ = cli(capsys, dsn, tasks, "notifications")
     assert code == 0
     header, *rows = cells(out)
-    assert header == ["ID", "CREATED (UTC)", "TASK", "EVENT", "NOTIFIER", "RUN", "STATUS", "TRY", "HTTP", "ERROR"]
+    assert header == [
+        "ID", "CREATED (UTC)", "TASK", "EVENT", "NOTIFIER", "OCCURRENCE (UTC)", "RUN", "STATUS", "TRY",
+        "NEXT TRY (UTC)", "HTTP", "ERROR",
+    ]  # fmt: skip
+    late, pending = "2026-12-02 12:06:30 UTC", "2026-12-02 12:10:05 UTC"
     assert [row[1:] for row in rows] == [
-        ["2026-12-02 12:06:30 UTC", "b", "late", "oncall", "-", "pending", "0", "-"],
-        ["2026-12-02 12:10:01 UTC", "a", "recovery", "oncall", str(recovered), "pending", "2", "500"],
-        ["2026-12-02 12:05:01 UTC", "a", "failure", "pager", str(failed), "failed", "5", "503", "service unavailable"],
-        ["2026-12-02 12:05:01 UTC", "a", "failure", "oncall", str(failed), "delivered", "1", "200"],
-    ]
+        [late, "b", "late", "oncall", "2026-12-02 12:05:00 UTC", "-", "pending", "0", late, "-"],
+        ["2026-12-02 12:10:01 UTC", "a", "recovery", "oncall", "-", str(recovered), "pending", "2", pending, "500"],
+        ["2026-12-02 12:05:01 UTC", "a", "failure", "pager", "-", str(failed), "failed", "5", "-", "503",
+         "service unavailable"],
+        ["2026-12-02 12:05:01 UTC", "a", "failure", "oncall", "-", str(failed), "delivered", "1", "-", "200"],
+    ]  # fmt: skip
     ids = [int(row[0]) for row in rows]
     assert ids == sorted(ids, reverse=True)
 

@@ -127,7 +127,7 @@ async def test_an_occurrence_no_engine_claimed_raises_late_once(
     rows = outbox(dsn)
     assert Counter((r["task_id"], r["event"]) for r in rows) == {("scanned", "late"): 1, ("claimed", "late"): 1}
     assert {r["scheduled_for"] for r in rows} == {due}
-    assert await engine.deliverer.deliver_due() == 2
+    assert await engine.deliverer.deliver_due(wait=True) == 2
     assert {r["status"] for r in outbox(dsn)} == {"delivered"}
     assert sorted(json.loads(r.body)["task_id"] for r in rec.paths("/hook")) == ["claimed", "scanned"]
 
@@ -258,7 +258,7 @@ async def test_slack_gets_a_readable_message_from_its_secret_url_and_a_refusal_i
     engine.deliverer.firer.env = {"SLACK_URL": secret_url}
     try:
         await engine.run_once(NOW + timedelta(seconds=61))
-        assert await engine.deliverer.deliver_due() == 3
+        assert await engine.deliverer.deliver_due(wait=True) == 3
     finally:
         await engine.firer.close()
         await engine.deliverer.close()

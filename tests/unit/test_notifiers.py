@@ -22,7 +22,7 @@ SUBS = {"failure": ["oncall"], "recovery": ["oncall"], "lost": ["oncall"]}
         ('kind = "webhook"\nurl = "https://h.example/x"\nheaders = { X-Api-Key = "k" }\n', ":3: headers: a literal"),
         ('kind = "webhook"\nurl = "https://u:p@h.example/x"\n', ":2: url: credentials in the URL are not allowed"),
         ('kind = "webhook"\nurl = "ftp://h.example/x"\n', ":2: url: not an http:// or https:// URL"),
-        ('kind = "webhook"\nurl = "https://h.example/x"\njson = { a = 1 }\n', "remove json and body"),
+        ('kind = "webhook"\nurl = "https://h.example/x"\njson = { a = 1 }\n', ":3: json: a notifier sends the event as its JSON body; remove this key"),
         ('kind = "webhook"\n', ":0: url: required key is missing"),
         (
             'kind = "slack"\nurl = "https://hooks.slack.com/services/T/B/X"\n',
@@ -30,7 +30,7 @@ SUBS = {"failure": ["oncall"], "recovery": ["oncall"], "lost": ["oncall"]}
         ),
         ('kind = "slak"\nurl = { env = "S" }\n', ":1: kind: unknown kind 'slak'; did you mean 'slack'?"),
         ('kind = "slack"\nurl = { env = "S" }\ntimeout_seconds = nan\n', ":3: timeout_seconds: nan is not a finite"),
-        ('kind = "slack"\nurl = { env = "S" }\ntimeout_seconds = 3600\n', "timeout_seconds: Input should be less"),
+        ('kind = "slack"\nurl = { env = "S" }\ntimeout_seconds = 3600\n', "timeout_seconds: must be at most 60"),
         ('kind = "slack"\nurl = { env = "S\\u0000" }\n', "NUL"),
         ("x = " + "[" * 200 + "]" * 200 + "\n", "nested more than 32 levels deep; flatten it"),
         ('url = { env = "S" }\n', ':0: kind: missing kind; write kind = "webhook" or kind = "slack"'),
