@@ -43,7 +43,7 @@ async def apply_files(store: Store, args: argparse.Namespace) -> None:
     print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
 
 
-def _watchers(args: argparse.Namespace, stop: asyncio.Event | None) -> tuple[list[Changes], bool]:
+def _watchers(args: argparse.Namespace, stop: asyncio.Event) -> tuple[list[Changes], bool]:
     """The file watchers of --tasks-dir and --notifiers-dir, and whether the latter is there. While it is
     not, its parent is watched (not below) for it to appear; then the watchers are made anew."""
     from watchfiles import awatch
@@ -65,26 +65,37 @@ def _watchers(args: argparse.Namespace, stop: asyncio.Event | None) -> tuple[lis
 
 async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
     """Apply now, then after every (debounced) change below --tasks-dir or --notifiers-dir until `stop` is set."""
+    stop = stop or asyncio.Event()
     while True:
-        watchers, had_notifiers = _watchers(args, stop)
+        # The watchers of this round end when `ended` is set (never by cancelling one: a cancelled
+        # watchfiles watcher sets its stop event, which is the engine's too under `up`).
+        ended = asyncio.Event()
+        relay = asyncio.ensure_future(_set_when(stop, ended))
+        watchers, had_notifiers = _watchers(args, ended)
         # Each watcher's first step creates it; let them run before the apply, so an edit made while
         # that apply runs is seen (it waits in the watcher) instead of lost.
         steps: dict[asyncio.Future[Any], Changes] = {asyncio.ensure_future(anext(w)): w for w in watchers}
         await asyncio.sleep(0)
-        await apply_files(store, args)
         try:
+            await apply_files(store, args)
             anew = await _apply_on_changes(store, args, steps, had_notifiers)
         finally:
-            for step in steps:
-                step.cancel()
+            ended.set()
+            relay.cancel()
+            await asyncio.gather(*steps, return_exceptions=True)
             for watcher in watchers:
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(Exception):
                     await watcher.aclose()
-        if not anew:
+        if not anew or stop.is_set():
             return
         if not Path(args.tasks_dir).is_dir():  # the directory was removed while watched
             err(f"{args.tasks_dir} is gone; no longer watching it (the database keeps what was applied)")
             return
+
+
+async def _set_when(first: asyncio.Event, then: asyncio.Event) -> None:
+    await first.wait()
+    then.set()
 
 
 async def _apply_on_changes(

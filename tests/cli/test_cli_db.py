@@ -147,6 +147,11 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
             ).fetchone()
         return row[0] if row else None
 
+    def hook_in_db() -> str | None:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT spec->>'url' FROM scheduler.notifiers WHERE name = 'oncall'").fetchone()
+        return row[0] if row else None
+
     def wait_for(check: Callable[[], object], seconds: float = 20) -> bool:
         def tolerant() -> object:
             try:
@@ -165,6 +170,13 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
         (cwd / "tasks.d" / "oops.toml").unlink()
         path.write_text(path.read_text().replace("30 2 * * 1-5", "45 3 * * 1-5"))
         assert wait_for(lambda: expr_in_db() == "45 3 * * 1-5"), "edit was not applied"
+        # notifiers.d, made after the watch started, is watched too: its creation and then an edit in it.
+        notifiers = cwd / "notifiers.d"
+        notifiers.mkdir()
+        (notifiers / "oncall.toml").write_text('kind = "webhook"\nurl = "https://hooks.example.com/a"\n')
+        assert wait_for(lambda: hook_in_db() == "https://hooks.example.com/a"), (out.lines, errors.lines)
+        (notifiers / "oncall.toml").write_text('kind = "webhook"\nurl = "https://hooks.example.com/b"\n')
+        assert wait_for(lambda: hook_in_db() == "https://hooks.example.com/b"), (out.lines, errors.lines)
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
@@ -174,6 +186,8 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
     stderr, stdout = "\n".join(errors.lines), "\n".join(out.lines)
     assert "tasks.d/oops.toml:1: toml: syntax error" in stderr
     assert "Plan: 5 to create" in stdout and "1 to update" in stdout
+    assert "; notifiers: 1 to create, 0 to update, 0 to delete." in stdout
+    assert "; notifiers: 0 to create, 1 to update, 0 to delete." in stdout
     assert "Traceback" not in stderr
 
 

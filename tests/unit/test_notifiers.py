@@ -22,7 +22,14 @@ SUBS = {"failure": ["oncall"], "recovery": ["oncall"], "lost": ["oncall"]}
         ('kind = "webhook"\nurl = "https://h.example/x"\nheaders = { X-Api-Key = "k" }\n', ":3: headers: a literal"),
         ('kind = "webhook"\nurl = "https://u:p@h.example/x"\n', ":2: url: credentials in the URL are not allowed"),
         ('kind = "webhook"\nurl = "ftp://h.example/x"\n', ":2: url: not an http:// or https:// URL"),
-        ('kind = "webhook"\nurl = "https://h.example/x"\njson = { a = 1 }\n', ":3: json: a notifier sends the event as its JSON body; remove this key"),
+        ('kind = "webhook"\nurl = "https://h.example/x"\njson = { a = 1 }\n', ":3: json: a notifier sends the event"),
+        ('kind = "webhook"\nurl = "https://h.example/x"\n\nbody = "x"\n', ":4: body: a notifier sends the event"),
+        # a target's checks name a task file's keys; a notifier's are at its top level
+        ('kind = "webhook"\nurl = "https://u:p@h.example/x"\n', 'use auth.kind = "basic" or query = {'),
+        (
+            'kind = "webhook"\nurl = "https://h.example/x"\ntimeout_seconds = 0\n',
+            "timeout_seconds: must be more than 0",
+        ),
         ('kind = "webhook"\n', ":0: url: required key is missing"),
         (
             'kind = "slack"\nurl = "https://hooks.slack.com/services/T/B/X"\n',
@@ -61,7 +68,9 @@ def test_the_notifiers_directory_is_flat_and_optional(tmp_path: Path) -> None:
     shown = sorted(str(e) for e in loaded.errors)
     assert any("notifiers.d/Bad Name.toml:0: name:" in line for line in shown), shown
     assert any("notifiers.d/team/x.toml:0: (file): notifier files sit directly in" in line for line in shown)
-    assert any("notifiers.d/out.toml:0: (file): is a symlink to a path outside" in line for line in shown)
+    assert (
+        "notifiers.d/out.toml:0: (file): is a symlink to a path outside notifiers.d; copy the file in instead" in shown
+    )
 
 
 def test_a_subscription_to_an_unknown_notifier_names_the_line_and_the_nearest_name(tmp_path: Path) -> None:
@@ -78,6 +87,46 @@ def test_a_subscription_to_an_unknown_notifier_names_the_line_and_the_nearest_na
         "tasks.d/job.toml:8: notify.late: no notifier 'nobody' in notifiers.d; add notifiers.d/nobody.toml or "
         "remove it here",
     ]
+
+
+def test_a_task_naming_an_invalid_notifier_file_is_not_blamed_for_it(tmp_path: Path) -> None:
+    """The file's own errors say what is wrong; the tasks naming it get no "no notifier" error each."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "job.toml").write_text(
+        '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://a.example/x"\n'
+        '[notify]\nfailure = ["oncall"]\n'
+    )
+    (tmp_path / "n").mkdir()
+    (tmp_path / "n" / "oncall.toml").write_text('kind = "webhook"\nurl = 5\n')
+    notifiers = load_notifiers(tmp_path / "n", "notifiers.d")
+    assert [str(e) for e in notifiers.errors] == [
+        "notifiers.d/oncall.toml:2: url: Input should be a valid string (got int)"
+    ]
+    assert subscription_errors(load_dir(tmp_path / "t", "tasks.d").tasks, {}, notifiers) == []
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        (
+            "[notify]\nlate = ['oncall']\nlate_after_seconds = 5\n",
+            "notify.late_after_seconds: must be at least 10 (got 5)",
+        ),
+        ("[notify]\nrepeat_every_seconds = 5\n", "notify.repeat_every_seconds: must be at least 60 (got 5)"),
+        ("[policy]\nretries = -1\n", "policy.retries: must be at least 0 (got -1)"),
+    ],
+)
+def test_a_bound_says_what_the_value_must_be(tmp_path: Path, table: str, expected: str) -> None:
+    (tmp_path / "job.toml").write_text(
+        '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://a.example/x"\n' + table
+    )
+    assert [e.key + ": " + e.message for e in load_dir(tmp_path, "tasks.d").errors] == [expected]
+
+
+def test_a_trigger_without_kind_lists_the_kinds(tmp_path: Path) -> None:
+    (tmp_path / "job.toml").write_text('[trigger]\nexpr = "* * * * *"\n[target]\nurl = "https://a.example/x"\n')
+    [error] = load_dir(tmp_path, "tasks.d").errors
+    assert error.message == "missing kind; use one of 'cron', 'interval', 'calendar', 'once'"
 
 
 def ended(status: str, n: int, repeat: int | None = None) -> Ended:
