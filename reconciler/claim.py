@@ -87,6 +87,11 @@ class SharedSchedule:
         return fire.at if fire else None
 
 
+# A claim is never exactly on time: this much late is on time whatever the grace (a grace of 0 would
+# otherwise miss every occurrence, and page `missed` for each).
+ON_TIME_SECONDS = 1.0
+
+
 def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int) -> list[Decision]:
     """Misfire grace, coalesce and max_running_instances for one task's due occurrences (pure)."""
     if not occurrences:
@@ -104,7 +109,7 @@ def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slot
     for moment in candidates:  # oldest first: catch-up runs count against the instance limit too
         kind = "scheduled" if moment == latest else "catchup"
         late = (now - moment).total_seconds()
-        if late > grace:
+        if late > max(grace, ON_TIME_SECONDS):
             note = f"missed: claimed late by {late:.0f} s, more than misfire_grace_seconds = {grace}"
             decisions.append(Decision(moment, kind, "missed", note))
         elif free_slots > 0:

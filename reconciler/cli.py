@@ -309,6 +309,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     scope_sources(parser, args)
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
+    args.notifiers_required = bool(args.notifiers_dir)  # named: it must be there; the default one is optional
     args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")
     return args
 

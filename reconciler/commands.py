@@ -69,7 +69,8 @@ def read_dirs(args: argparse.Namespace, notifiers: Notifiers | None) -> str:
 
 def notifier_files(args: argparse.Namespace) -> Notifiers:
     """--notifiers-dir (default notifiers.d beside --tasks-dir), loaded; none when it does not exist."""
-    return load_notifiers(Path(args.notifiers_dir), args.notifiers_dir)
+    required = getattr(args, "notifiers_required", False)
+    return load_notifiers(Path(args.notifiers_dir), args.notifiers_dir, required)
 
 
 def parse_instant(text: str, option: str) -> datetime:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ NOTIFY_ATTEMPTS = 10  # then the notification is `failed`
 NOTIFY_BACKOFF = 2.0  # seconds before the 2nd attempt, doubling (2, 4, … 512 s: about 17 minutes in all)
 NOTIFY_POLL_SECONDS = 1.0  # how often each engine looks for due notifications (and when a send ends)
 NOTIFY_CONCURRENCY = 10  # sent at a time per engine, on a session of their own: never a firing slot
+PER_NOTIFIER = 3  # of those, one notifier's at most: one that hangs leaves the other slots to the others
 LEASE_MARGIN = 30.0  # a claimed notification is another engine's to send this long after its timeout
 
 
@@ -63,8 +65,9 @@ class Gone(Exception):
 
 class Deliverer:
     """Keeps up to NOTIFY_CONCURRENCY notifications being sent (run() beside the engine's claims): claims
-    only as many due rows as it has free slots, so each send starts at once, within its lease, and
-    records each outcome as that send ends, so a notifier that never answers holds back no other."""
+    only as many due rows as it has free slots, so each send starts at once, within its lease, at most
+    PER_NOTIFIER of one notifier's, and records each outcome as that send ends, so a notifier that never
+    answers holds back no other."""
 
     def __init__(
         self, store: Store, engine_id: str, policy: EnvPolicy, clock: Clock = SYSTEM, sources: Sequence[str] = ()
@@ -75,7 +78,7 @@ class Deliverer:
         self.clock = clock
         self.firer = Firer(concurrency=NOTIFY_CONCURRENCY, policy=policy)
         self.observers: list[DeliveryObserver] = []
-        self.sending: dict[asyncio.Task[None], int] = {}  # send → its row's id, until its outcome is recorded
+        self.sending: dict[asyncio.Task[None], Row] = {}  # send → its row, until its outcome is recorded
         self._ended = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -102,18 +105,21 @@ class Deliverer:
         free = NOTIFY_CONCURRENCY - len(self.sending)
         if free <= 0:
             return 0
+        sending = Counter(f"{row['source']}/{row['notifier']}" for row in self.sending.values())
         params = {
             "now": self.clock.now(),
             "limit": free,
             "engine_id": self.engine_id,
             "lease": LEASE_MARGIN,
             "sources": self.sources,
+            "per_notifier": PER_NOTIFIER,
+            "sending": Store.jsonb(dict(sending)),
         }
         async with self.store.connection() as conn:
             rows = await Store.fetch(conn, "notifications_claim", params)
         started = [asyncio.create_task(self._deliver(row)) for row in rows]
         for task, row in zip(started, rows, strict=True):
-            self.sending[task] = row["id"]
+            self.sending[task] = row
             task.add_done_callback(self._done)
         if wait and started:
             await asyncio.wait(started)
@@ -130,7 +136,7 @@ class Deliverer:
         for task, _ in cut:
             task.cancel()
         await asyncio.gather(*(task for task, _ in cut), return_exceptions=True)
-        ids = [row_id for _, row_id in cut]
+        ids = [row["id"] for _, row in cut]
         if ids:
             with contextlib.suppress(Exception):  # the leases end anyway
                 async with self.store.connection() as conn:
@@ -195,7 +201,12 @@ class Deliverer:
         scheduled = row["scheduled_for"] or row["created_at"]
         key = f"reconciler-notification-{row['id']}"
         async with self.firer.slots:
-            return await self.firer.send(target, row["task_id"], scheduled, key, row["attempts"], float("inf"))
+            attempt = await self.firer.send(target, row["task_id"], scheduled, key, row["attempts"], float("inf"))
+        spec = parse_spec(row["spec"])
+        if isinstance(spec, SlackNotifier) and attempt.http_status and 300 <= attempt.http_status < 400:
+            # Slack's URL is a secret, which a redirect's hint would show (its path, at least): not here.
+            attempt.error = f"HTTP {attempt.http_status}: a redirect, not followed; check the URL in ${spec.url.env}"
+        return attempt
 
     def _target(self, row: Row) -> Target:
         """The request of one notification: a webhook's target with the event as its JSON body, or Slack's."""

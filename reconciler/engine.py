@@ -511,9 +511,11 @@ class Engine:
             )
         except TimeoutError:
             flusher.cancel()
-            log.warning(
-                "%d result(s) could not be written before exit; their leases will expire", len(self.results.pending)
-            )
+            if self.results.pending:
+                log.warning(
+                    "%d result(s) could not be written before exit; their leases will expire",
+                    len(self.results.pending),
+                )
         with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
             async with self.store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})

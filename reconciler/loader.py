@@ -30,7 +30,7 @@ TAG_NAMES = {"cron", "interval", "calendar", "once", "bearer", "basic", "oauth2_
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a task file is a few hundred bytes; this bounds parse time and stored size
 MAX_DEPTH = 32  # nesting of tables and arrays: bounds every recursive step after the parse
 INT64 = 1 << 63  # TOML integers are 64-bit (tomllib reads any size)
-TOO_BIG = f"larger than {MAX_FILE_BYTES // 1024} KiB; a task file is one small TOML document"
+TOO_BIG = f"larger than {MAX_FILE_BYTES // 1024} KiB; a task or notifier file is one small TOML document"
 BOM = "\ufeff"  # a UTF-8 byte order mark, as some Windows editors write: not part of the text
 NUL_MESSAGE = "contains a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
 
@@ -288,6 +288,10 @@ def _message(error: Any, spec_fields: dict[tuple[str, ...], list[str]], loc: tup
     if kind in BOUNDS:
         bound, words = BOUNDS[kind]
         return f"must be {words} {error['ctx'][bound]} (got {error['input']!r})"
+    if kind in ("too_long", "string_too_long"):
+        unit = "characters" if kind == "string_too_long" else "entries"
+        got = error["ctx"].get("actual_length")
+        return f"may have at most {error['ctx']['max_length']} {unit}" + (f" (got {got})" if got is not None else "")
     message = str(error["msg"])
     if kind == "literal_error" and isinstance(error.get("input"), str):
         message += suggestion(error["input"], _quoted(error["ctx"]["expected"]))
@@ -525,14 +529,14 @@ def hostile_values(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tup
         yield path, "integer out of range; TOML integers are 64-bit"
 
 
-def _defused(value: Any, depth: int = 0) -> Any:
+def defused(value: Any, depth: int = 0) -> Any:
     """A copy of parsed TOML with each value `hostile_values` reports made harmless, so the models check the rest."""
     if depth > MAX_DEPTH:
         return None
     if isinstance(value, dict):
-        return {key: _defused(item, depth + 1) for key, item in value.items() if "\0" not in key}
+        return {key: defused(item, depth + 1) for key, item in value.items() if "\0" not in key}
     if isinstance(value, list):
-        return [_defused(item, depth + 1) for item in value]
+        return [defused(item, depth + 1) for item in value]
     if isinstance(value, str):
         return value.replace("\0", "")
     if isinstance(value, float) and not math.isfinite(value):
@@ -601,7 +605,7 @@ def validate_data(
     hostile = list(hostile_values(data))
     errors = [error(loc, message) for loc, message in hostile]
     if hostile:  # the models see a defused copy; their errors about those values are dropped
-        data = _defused(data)
+        data = defused(data)
     spec: TaskSpec | None = None
     try:
         spec = TaskSpec.model_validate(data)

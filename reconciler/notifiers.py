@@ -6,6 +6,7 @@ plan and apply; a task's `[notify]` names notifiers of its own source.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -15,10 +16,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from reconciler.loader import (
+    BOM,
     FileError,
     Task,
     canonical_json,
     decode_source,
+    defused,
     hostile_values,
     key_lines,
     key_path,
@@ -43,6 +46,9 @@ MAX_NOTIFY_TIMEOUT = 60.0
 KIND_MISSING = 'missing kind; write kind = "webhook" or kind = "slack"'
 
 
+# A target's checks name a task file's keys (`use target.auth.kind = "basic"`): a notifier's are at its
+# top level. Only such key names are rewritten, never a quoted value of the file ('target.x').
+TASK_KEYS = re.compile(r"(?<!['\w.])target\.(?=(?:auth|query|headers|url|method)\b)")
 BODY_KEYS = ("json", "body")  # a task target's keys a notifier has not: the event is its body
 NO_BODY = "a notifier sends the event as its JSON body; remove this key"
 
@@ -131,8 +137,7 @@ def validate_notifier(name: str, display: str, source: str) -> tuple[Notifier | 
         nonlocal lines
         lines = key_lines(source) if lines is None else lines
         loc = loc[1:] if loc[:1] in (("webhook",), ("slack",)) else loc  # the union's tag is the file's `kind`
-        # The target's checks name a task file's keys (`target.auth.kind`): a notifier's are at its top level.
-        return FileError(display, locate(lines, loc), key_path(loc), message.replace("target.", ""))
+        return FileError(display, locate(lines, loc), key_path(loc), TASK_KEYS.sub("", message))
 
     if not data:
         return None, [
@@ -140,13 +145,17 @@ def validate_notifier(name: str, display: str, source: str) -> tuple[Notifier | 
         ]
     hostile = list(hostile_values(data))
     errors = [error(loc, message) for loc, message in hostile]
+    if hostile:  # the model sees a defused copy; its errors about those values are dropped
+        data = defused(data)
     if data.get("kind") == "webhook":
         errors += [error((key,), NO_BODY) for key in BODY_KEYS if key in data]
         data = {key: value for key, value in data.items() if key not in BODY_KEYS}
     try:
         spec = _adapter().validate_python(data)
     except ValidationError as exc:
-        for found in model_errors(exc, _allowed_keys(), [bad for bad, _ in hostile], error):
+        # pydantic's locations start with the union's tag (`webhook`), the reported ones do not
+        bad = [(tag, *loc) for loc, _ in hostile for tag in ("webhook", "slack")]
+        for found in model_errors(exc, _allowed_keys(), bad, error):
             if found.key == "kind" and found.message.startswith("missing kind"):
                 found = FileError(found.path, found.line, found.key, KIND_MISSING)
             errors.append(found)
@@ -172,10 +181,17 @@ class Notifiers:
         return {*self.by_name, *self.invalid}
 
 
-def load_notifiers(notifiers_dir: Path, display_root: str | None = None) -> Notifiers:
-    """Every `NAME.toml` directly in `notifiers_dir` (none when it does not exist); `_` and `.` names skipped."""
+def load_notifiers(notifiers_dir: Path, display_root: str | None = None, required: bool = False) -> Notifiers:
+    """Every `NAME.toml` directly in `notifiers_dir` (none when it does not exist, unless `required`: it was
+    named on the command line); `_` and `.` names skipped. Anything else there is an error."""
     root = display_root if display_root is not None else str(notifiers_dir)
     if not notifiers_dir.is_dir():
+        if notifiers_dir.exists() or notifiers_dir.is_symlink():  # a file there is no "no notifiers"
+            problem = "is not a directory; make it the directory of notifier files, or pass --notifiers-dir"
+            return Notifiers(root, {}, [FileError(root, 0, "(file)", problem)], present=False)
+        if required:
+            problem = "directory not found; create it or pass another --notifiers-dir"
+            return Notifiers(root, {}, [FileError(root, 0, "(file)", problem)], present=False)
         return Notifiers(root, {}, [], present=False)
     found: dict[str, Notifier] = {}
     errors: list[FileError] = []
@@ -190,7 +206,7 @@ def load_notifiers(notifiers_dir: Path, display_root: str | None = None) -> Noti
             errors.append(FileError(display, 0, "(file)", f"notifier files sit directly in {root}; move it up"))
             continue
         try:
-            source = decode_source(read_bytes(entry.path))
+            source = decode_source(read_bytes(entry.path)).removeprefix(BOM)
         except OSError as exc:
             errors.append(FileError(display, 0, "(file)", f"cannot read file ({exc.strerror})"))
             continue

@@ -142,8 +142,9 @@ async def record_ended(conn: Conn, ended: Sequence[Ended], now: datetime) -> Non
 
 
 def stateful(spec: Mapping[str, Any]) -> dict[str, list[str]]:
-    """A normalized spec's subscribers of the events its failing state decides (failure, recovery, lost)."""
-    return {event: names for event, names in subscriptions(spec).items() if event in STATEFUL}
+    """A normalized spec's subscribers of the events its failing state decides (failure, recovery, lost),
+    each event's as a sorted set: `["b", "a"]` subscribes who `["a", "b", "a"]` does."""
+    return {event: sorted(set(names)) for event, names in subscriptions(spec).items() if event in STATEFUL}
 
 
 def ended_of(spec: TaskSpec | None, notify: Mapping[str, Any] | None) -> tuple[dict[str, list[str]], int | None] | None:

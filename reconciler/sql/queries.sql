@@ -401,15 +401,25 @@ ON CONFLICT DO NOTHING;
 -- Due notifications of the engine's sources (every source's when it has none; the secrets of a
 -- source's notifiers are in its engines' environment) for this engine to send: moved past the
 -- send's deadline (a lease) so no other engine sends them meanwhile; rows another engine is
--- claiming are skipped, not waited for.
+-- claiming are skipped, not waited for. At most per_notifier of one notifier's are sent at once by
+-- an engine (`sending`: its sends in flight per source/notifier), so one that hangs holds few slots.
 UPDATE scheduler.notifications n
    SET attempts = n.attempts + 1, engine_id = %(engine_id)s,
        next_attempt_at = %(now)s + make_interval(secs => COALESCE((due.spec ->> 'timeout_seconds')::float8, 60)
                                                          + %(lease)s)
   FROM (SELECT d.id, f.spec
           FROM (SELECT id, source, notifier FROM scheduler.notifications
-                 WHERE status = 'pending' AND next_attempt_at <= %(now)s
-                   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
+                 WHERE id IN (SELECT id
+                                FROM (SELECT id, source, notifier,
+                                             row_number() OVER (PARTITION BY source, notifier
+                                                                ORDER BY next_attempt_at, id) AS nth
+                                        FROM scheduler.notifications
+                                       WHERE status = 'pending' AND next_attempt_at <= %(now)s
+                                         AND (cardinality(%(sources)s::text[]) = 0
+                                              OR source = ANY(%(sources)s::text[]))) ranked
+                               WHERE nth <= %(per_notifier)s
+                                            - COALESCE((%(sending)s::jsonb ->> (source || '/' || notifier))::int, 0))
+                   AND status = 'pending' AND next_attempt_at <= %(now)s
                  ORDER BY next_attempt_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) d
           LEFT JOIN scheduler.notifiers f ON f.source = d.source AND f.name = d.notifier) due
  WHERE n.id = due.id

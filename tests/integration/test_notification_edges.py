@@ -77,10 +77,12 @@ async def test_a_redirect_and_a_deleted_notifier_are_final_at_once_with_the_fix(
     url, rec = http
     rec.script("/t", statuses=[500])
     rec.script("/old", statuses=[301], headers={"Location": "/new?token=SECRETTOKEN"})
-    subscribed = TASK.format(url=url) + '[notify]\nfailure = ["moved", "dropped"]\n'
+    rec.script("/slack/T0/B0/SLACKSECRET", statuses=[302], headers={"Location": "?moved=1"})
+    subscribed = TASK.format(url=url) + '[notify]\nfailure = ["moved", "dropped", "chat"]\n'
     write(
         tmp_path,
         {
+            "notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
             "notifiers.d/moved.toml": webhook(f"{url}/old"),
             "notifiers.d/dropped.toml": webhook(f"{url}/dropped"),
             "tasks.d/job.toml": subscribed,
@@ -88,13 +90,14 @@ async def test_a_redirect_and_a_deleted_notifier_are_final_at_once_with_the_fix(
     )
     await apply_dirs(store, tmp_path, NOW)
     engine = Engine(store, EngineConfig("edges"))
+    engine.deliverer.firer.env = {"SLACK_URL": f"{url}/slack/T0/B0/SLACKSECRET"}
     try:
         await engine.run_once(NOW + timedelta(seconds=61))
         # The event is pending when its notifier goes, with the task's subscription to it.
         (tmp_path / "notifiers.d/dropped.toml").unlink()
         write(tmp_path, {"tasks.d/job.toml": subscribed.replace(', "dropped"', "")})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=62))
-        assert await engine.deliverer.deliver_due(wait=True) == 2
+        assert await engine.deliverer.deliver_due(wait=True) == 3
     finally:
         await engine.deliverer.close()
         await engine.firer.close()
@@ -110,6 +113,9 @@ async def test_a_redirect_and_a_deleted_notifier_are_final_at_once_with_the_fix(
     assert rows["dropped"]["status"] == "failed" and rows["dropped"]["attempts"] == 1
     assert "'dropped' is no longer in notifiers.d of source 'default'" in str(rows["dropped"]["error"])
     assert rec.paths("/dropped") == [] and len(rec.paths("/old")) == 1
+    # A Slack URL is a secret: its redirect says where to look, not where it points.
+    assert rows["chat"]["status"] == "failed"
+    assert rows["chat"]["error"] == "HTTP 302: a redirect, not followed; check the URL in $SLACK_URL"
 
 
 async def test_a_task_whose_failure_subscribers_change_starts_its_state_afresh(
@@ -135,6 +141,10 @@ async def test_a_task_whose_failure_subscribers_change_starts_its_state_afresh(
         # An edit that leaves the failure subscribers alone keeps the state: no second failure.
         late = '[notify]\nfailure = ["oncall"]\nrecovery = ["oncall"]\nlate = ["pager"]\n'
         write(tmp_path, {"tasks.d/job.toml": task + late})
+        await apply_dirs(store, tmp_path, NOW + timedelta(seconds=62))
+        assert state(dsn) == {"job": True}
+        # The same subscribers in another order (or named twice) are the same: still failing, no page.
+        write(tmp_path, {"tasks.d/job.toml": task + late.replace('"oncall"]', '"oncall", "oncall"]')})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=62))
         assert state(dsn) == {"job": True}
         # Unsubscribed while failing, then subscribed again: pager heard of no failure, so the
@@ -181,3 +191,47 @@ async def test_late_waits_at_least_a_minute_when_the_misfire_grace_is_zero(
     assert [(r["task_id"], r["event"]) for r in outbox(dsn)] == [("scanned", "late")]
     payload = outbox(dsn)[0]["payload"]
     assert isinstance(payload, dict) and payload["late_seconds"] == 61
+
+
+async def test_one_notifier_never_takes_more_than_its_share_of_an_engines_slots(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    from reconciler.delivery import PER_NOTIFIER
+
+    url, rec = http
+    rec.script("/hang", delay=120)  # past the notifier's timeout: cut off by the stop
+    write(
+        tmp_path,
+        {
+            "notifiers.d/hang.toml": webhook(f"{url}/hang") + "timeout_seconds = 60\n",
+            "notifiers.d/ok.toml": webhook(f"{url}/ok"),
+            "tasks.d/job.toml": TASK.format(url=url) + '[notify]\nfailure = ["hang", "ok"]\n',
+        },
+    )
+    await apply_dirs(store, tmp_path, NOW)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for notifier in ["hang"] * 8 + ["ok"] * 2:  # hang's are older: first in line
+            conn.execute(
+                "INSERT INTO scheduler.notifications (source, notifier, task_id, event, payload, next_attempt_at)"
+                " VALUES ('default', %s, 'job', 'failure', '{}', now() - interval '1 hour')",
+                (notifier,),
+            )
+
+    def in_flight() -> dict[str, int]:
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                "SELECT notifier, count(*) FROM scheduler.notifications"
+                " WHERE engine_id IS NOT NULL AND status = 'pending' GROUP BY 1"
+            )
+            return dict(rows.fetchall())
+
+    engine = Engine(store, EngineConfig("edges"))
+    try:
+        assert await engine.deliverer.deliver_due() == PER_NOTIFIER + 2
+        assert await async_wait_until(lambda: in_flight() == {"hang": PER_NOTIFIER}, 50), in_flight()
+        assert await engine.deliverer.deliver_due() == 0  # hang has its share in flight already
+    finally:
+        await engine.deliverer.finish()
+        await engine.firer.close()
+    assert in_flight() == {}  # released at stop
+    assert [r["status"] for r in outbox(dsn) if r["notifier"] == "ok"] == ["delivered", "delivered"]

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.claim import decide
 from reconciler.loader import load_dir
+from reconciler.models import Policy
 from reconciler.notifiers import load_notifiers, subscription_errors, validate_notifier
-from reconciler.notify import Ended, State, transitions
+from reconciler.notify import Ended, State, stateful, transitions
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 SUBS = {"failure": ["oncall"], "recovery": ["oncall"], "lost": ["oncall"]}
@@ -37,6 +39,10 @@ SUBS = {"failure": ["oncall"], "recovery": ["oncall"], "lost": ["oncall"]}
         ),
         ('kind = "slak"\nurl = { env = "S" }\n', ":1: kind: unknown kind 'slak'; did you mean 'slack'?"),
         ('kind = "slack"\nurl = { env = "S" }\ntimeout_seconds = nan\n', ":3: timeout_seconds: nan is not a finite"),
+        # a value the model may not see is the only error of its key (it sees a defused copy)
+        ('kind = "webhook"\nurl = "https://h.example/x"\ntimeout_seconds = 1e400\n', ":3: timeout_seconds: inf is"),
+        # a quoted value of the file is shown as written, `target.` and all
+        ('kind = "webhook"\nurl = "https://h.example/x"\nmethod = "target.x"\n', "'target.x'"),
         ('kind = "slack"\nurl = { env = "S" }\ntimeout_seconds = 3600\n', "timeout_seconds: must be at most 60"),
         ('kind = "slack"\nurl = { env = "S\\u0000" }\n', "NUL"),
         ("x = " + "[" * 200 + "]" * 200 + "\n", "nested more than 32 levels deep; flatten it"),
@@ -49,6 +55,7 @@ def test_a_bad_notifier_file_is_one_line_naming_file_key_and_fix(text: str, expe
     notifier, errors = validate_notifier("oncall", "notifiers.d/oncall.toml", text)
     assert notifier is None and errors
     shown = [str(e) for e in errors]
+    assert len({(e.line, e.key) for e in errors}) == len(errors), shown  # one error per key
     assert all("\n" not in line and line.startswith("notifiers.d/oncall.toml:") for line in shown)
     assert any(expected in line for line in shown), shown
     assert all("hooks.slack.com/services" not in line for line in shown)  # a secret URL is never echoed
@@ -89,6 +96,23 @@ def test_a_subscription_to_an_unknown_notifier_names_the_line_and_the_nearest_na
     ]
 
 
+def test_a_notifiers_directory_that_is_a_file_or_named_and_missing_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "notifiers.d").write_text("x\n")
+    [error] = load_notifiers(tmp_path / "notifiers.d", "notifiers.d").errors
+    assert str(error) == (
+        "notifiers.d:0: (file): is not a directory; make it the directory of notifier files, or pass --notifiers-dir"
+    )
+    assert load_notifiers(tmp_path / "absent", "absent").errors == []  # the default one is optional
+    [error] = load_notifiers(tmp_path / "absent", "absent", required=True).errors
+    assert "absent:0: (file): directory not found" in str(error)
+
+
+def test_a_notifier_file_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    (tmp_path / "oncall.toml").write_bytes(b'\xef\xbb\xbfkind = "slack"\nurl = { env = "S" }\n')
+    loaded = load_notifiers(tmp_path, "notifiers.d")
+    assert loaded.errors == [] and list(loaded.by_name) == ["oncall"]
+
+
 def test_a_task_naming_an_invalid_notifier_file_is_not_blamed_for_it(tmp_path: Path) -> None:
     """The file's own errors say what is wrong; the tasks naming it get no "no notifier" error each."""
     (tmp_path / "t").mkdir()
@@ -114,6 +138,10 @@ def test_a_task_naming_an_invalid_notifier_file_is_not_blamed_for_it(tmp_path: P
         ),
         ("[notify]\nrepeat_every_seconds = 5\n", "notify.repeat_every_seconds: must be at least 60 (got 5)"),
         ("[policy]\nretries = -1\n", "policy.retries: must be at least 0 (got -1)"),
+        (
+            "[target.headers]\n" + "".join(f"X-H{n} = 'v'\n" for n in range(101)),
+            "target.headers: may have at most 100 entries",
+        ),
     ],
 )
 def test_a_bound_says_what_the_value_must_be(tmp_path: Path, table: str, expected: str) -> None:
@@ -152,3 +180,14 @@ def test_repeat_every_seconds_reminds_while_the_task_keeps_failing() -> None:
     events, after = transitions(state, [ended("failed", 2, repeat=3600)], later)
     assert [e.event for e in events] == ["failure"] and after["job"] == State(True, later)
     assert events[0].payload["run_id"] == 2 and events[0].payload["hints"]["runs"] == "reconciler runs job"
+
+
+def test_subscribers_in_another_order_are_the_same_subscribers() -> None:
+    spec = {"notify": {"failure": ["b", "a", "b"], "late": ["x"]}}
+    assert stateful(spec) == stateful({"notify": {"failure": ["a", "b"]}}) == {"failure": ["a", "b"]}
+
+
+@pytest.mark.parametrize(("late", "grace", "status"), [(0.3, 0, "running"), (1.5, 0, "missed"), (59, 60, "running")])
+def test_a_claim_within_a_second_is_on_time_whatever_the_grace(late: float, grace: int, status: str) -> None:
+    [decision] = decide([T0], T0 + timedelta(seconds=late), Policy(misfire_grace_seconds=grace), free_slots=1)
+    assert decision.status == status
