@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
 
     schema = add("schema", "schemafile:cmd_schema", "print the JSON Schema of task files (for editors and CI)")
-    schema.add_argument("--kind", choices=["task"], default="task", help="the kind of file (default task)")
+    schema.add_argument("--kind", choices=["task", "notifier"], default="task", help="the kind of file (default task)")
     completion = add("completion", "completion:cmd_completion", "print a shell completion script")
     completion.add_argument("shell", metavar="SHELL", help="bash, zsh or fish")
     return parser

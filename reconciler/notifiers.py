@@ -13,7 +13,7 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, RootModel, TypeAdapter, ValidationError
 
 from reconciler.loader import (
     BOM,
@@ -59,6 +59,9 @@ class WebhookNotifier(Target):
 
     kind: Literal["webhook"]
     timeout_seconds: float = Field(default=10, gt=0, le=MAX_NOTIFY_TIMEOUT)
+    # Never in a file (the schema says so: TOML has no null); set only for a send, by model_copy.
+    json_body: None = Field(default=None, alias="json")
+    body: None = None
 
 
 class SlackNotifier(Model):
@@ -70,6 +73,10 @@ class SlackNotifier(Model):
 
 
 NotifierSpec = Annotated[WebhookNotifier | SlackNotifier, Field(discriminator="kind")]
+
+
+class NotifierFile(RootModel[NotifierSpec]):
+    """A notifier file as a whole: `reconciler schema --kind notifier` describes it."""
 
 
 @cache

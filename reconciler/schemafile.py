@@ -19,6 +19,7 @@ from pydantic_core import core_schema
 
 from reconciler.errors import EXIT_OK, UserError
 from reconciler.models import MAX_CLOCK_TIMES, MAX_TEXT, ClockTimes, EnvRef, SecretRef, StrOrEnv, TaskSpec, When
+from reconciler.notifiers import NotifierFile
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -38,6 +39,12 @@ KINDS: dict[str, Kind] = {
         "reconciler task file",
         "One TOML file under tasks.d/: one scheduled HTTP call. Checks keys, types and ranges; "
         "`reconciler validate` checks the rest (cron expressions, time zones, secrets, DST).",
+    ),
+    "notifier": Kind(
+        NotifierFile,
+        "reconciler notifier file",
+        "One TOML file in notifiers.d/: where a task's events are sent (kind webhook or slack). Checks keys, "
+        "types and ranges; `reconciler validate` checks the rest (URLs, secrets, the tasks' subscriptions).",
     ),
 }
 

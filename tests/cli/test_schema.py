@@ -159,5 +159,42 @@ def test_unknown_kind_and_wrong_type_fail_check_jsonschema(tmp_path: Path) -> No
 
 
 def test_unknown_schema_kind_is_a_usage_error() -> None:
-    done = run("schema", "--kind", "notifier")
+    done = run("schema", "--kind", "alert")
     assert done.returncode == 1 and "invalid choice" in done.stderr and "Traceback" not in done.stderr
+
+
+NOTIFIER_SCHEMA = ROOT / "schema" / "notifier.schema.json"
+NOTIFIERS = {
+    "webhook": 'kind = "webhook"\nurl = "https://hooks.example.com/x"\nheaders = { X-Team = "ops" }\n'
+    'timeout_seconds = 5\n[auth]\nkind = "bearer"\ntoken = { env = "HOOK_TOKEN" }\n',
+    "slack": 'kind = "slack"\nurl = { env = "SLACK_WEBHOOK_URL" }\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (NOTIFIERS["webhook"], True),
+        (NOTIFIERS["slack"], True),
+        (NOTIFIERS["webhook"].replace("timeout_seconds = 5", "json = { a = 1 }"), False),  # the event is the body
+        (NOTIFIERS["slack"] + 'colour = "red"\n', False),
+        ('kind = "slack"\nurl = "https://hooks.slack.com/services/x"\n', False),  # a secret only from the env
+        ('kind = "email"\n', False),
+    ],
+)
+def test_notifier_files_pass_the_notifier_schema_as_validate_says(text: str, ok: bool, tmp_path: Path) -> None:
+    from reconciler.notifiers import validate_notifier
+
+    assert (validate_notifier("n", "n.toml", text)[0] is not None) == ok
+    done = subprocess.run(
+        [
+            str(CHECK_JSONSCHEMA),
+            "--schemafile",
+            str(NOTIFIER_SCHEMA),
+            str(as_json(tomllib.loads(text), tmp_path / "n.json")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr
