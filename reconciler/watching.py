@@ -105,7 +105,7 @@ async def _apply_on_changes(
     the watchers must be made anew (--notifiers-dir appeared or went, or a watched directory is gone)."""
     while steps:
         done, _ = await asyncio.wait(steps, return_when=asyncio.FIRST_COMPLETED)
-        anew = False
+        anew = changed = False
         for step in done:
             watcher = steps.pop(step)
             try:
@@ -115,9 +115,10 @@ async def _apply_on_changes(
             except FileNotFoundError:
                 anew = True
                 continue
+            changed = True
             steps[asyncio.ensure_future(anext(watcher))] = watcher
         if anew or Path(args.notifiers_dir).is_dir() != had_notifiers:
             return True
-        if steps:
+        if changed:
             await apply_files(store, args)
     return False

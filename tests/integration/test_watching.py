@@ -1,0 +1,51 @@
+"""watch_files (watch and up) in process: what it applies, and that stopping applies nothing more."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from reconciler.store import Store
+from reconciler.watching import watch_files
+from tests.helpers import async_wait_until
+
+TASK = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "http://127.0.0.1:9/x"\n'
+
+
+def options(root: Path) -> argparse.Namespace:
+    return argparse.Namespace(
+        tasks_dir=str(root / "tasks.d"),
+        notifiers_dir=str(root / "notifiers.d"),
+        notifiers_required=False,
+        debounce_ms=50,
+        no_prune=False,
+        source="default",
+    )
+
+
+@pytest.mark.parametrize("with_notifiers", [False, True])
+async def test_stopping_a_watch_applies_nothing_more(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str], with_notifiers: bool
+) -> None:
+    """Two watchers (tasks.d and notifiers.d's parent) or one: each ending at the stop is no change."""
+    (tmp_path / "tasks.d").mkdir()
+    (tmp_path / "tasks.d" / "a.toml").write_text(TASK)
+    if with_notifiers:
+        (tmp_path / "notifiers.d").mkdir()
+    stop = asyncio.Event()
+    watching = asyncio.create_task(watch_files(store, options(tmp_path), stop))
+    printed: list[str] = []
+
+    def applied() -> bool:
+        printed.extend(capsys.readouterr().out.splitlines())
+        return any("Plan:" in line for line in printed)
+
+    assert await async_wait_until(applied, 30)
+    stop.set()
+    await asyncio.wait_for(watching, 30)
+    printed += capsys.readouterr().out.splitlines()
+    assert [line for line in printed if "Plan:" in line] == [printed[0]], printed
+    assert "Plan: 1 to create" in printed[0]
