@@ -20,7 +20,7 @@ from reconciler.clock import SYSTEM, Clock
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
 from reconciler.models import Target
-from reconciler.notifiers import SlackNotifier, parse_spec
+from reconciler.notifiers import SlackNotifier, WebhookNotifier, parse_spec
 from reconciler.results import DB_FAULTS
 from reconciler.store import Row, Store
 from reconciler.targets import Attempt, Firer, backoff_delay
@@ -57,10 +57,6 @@ def slack_text(body: Mapping[str, Any]) -> str:
     error = body.get("error") or (f"HTTP {body['http_status']}" if body.get("http_status") else "")
     details.append(str(error))
     return text + "".join(f"\n• {d}" for d in details if d)
-
-
-class Gone(Exception):
-    """The notifier of a row is no longer in its source's notifiers.d: no retry can send it."""
 
 
 class Deliverer:
@@ -147,15 +143,16 @@ class Deliverer:
 
     async def _deliver(self, row: Row) -> None:
         """One attempt of one notification, and its row's new values recorded."""
-        final = False
-        try:
+        gone = row["spec"] is None  # its notifier left its source's notifiers.d: no retry can send it
+        if gone:
+            error = f"notifier {row['notifier']!r} is no longer in notifiers.d of source {row['source']!r}"
+            attempt = Attempt(row["attempts"], error=error + "; not retried (add it back for later events)")
+        else:
             attempt = await self._attempt(row)
-        except Gone as exc:
-            attempt, final = Attempt(row["attempts"], error=str(exc)), True
         now = self.clock.now()
         if attempt.ok:
             outcome, status, retry_at = "delivered", "delivered", now
-        elif final or _permanent(attempt) or row["attempts"] >= NOTIFY_ATTEMPTS:
+        elif gone or _permanent(attempt) or row["attempts"] >= NOTIFY_ATTEMPTS:
             outcome, status, retry_at = "failed", "failed", now
         else:
             wait = backoff_delay(NOTIFY_BACKOFF, row["attempts"], attempt.retry_after)
@@ -189,28 +186,22 @@ class Deliverer:
             )
 
     async def _attempt(self, row: Row) -> Attempt:
-        if row["spec"] is None:
-            raise Gone(
-                f"notifier {row['notifier']!r} is no longer in notifiers.d of source {row['source']!r}; "
-                "not retried (add it back for later events)"
-            )
         try:
-            target = self._target(row)
+            spec = parse_spec(row["spec"])
+            target = self._target(spec, row)
         except Exception as exc:  # a variable not set, a stored spec edited by hand: this attempt's error
             return Attempt(row["attempts"], error=f"notifier {row['notifier']!r} cannot be sent: {one_line(exc)}")
         scheduled = row["scheduled_for"] or row["created_at"]
         key = f"reconciler-notification-{row['id']}"
         async with self.firer.slots:
             attempt = await self.firer.send(target, row["task_id"], scheduled, key, row["attempts"], float("inf"))
-        spec = parse_spec(row["spec"])
         if isinstance(spec, SlackNotifier) and attempt.http_status and 300 <= attempt.http_status < 400:
             # Slack's URL is a secret, which a redirect's hint would show (its path, at least): not here.
             attempt.error = f"HTTP {attempt.http_status}: a redirect, not followed; check the URL in ${spec.url.env}"
         return attempt
 
-    def _target(self, row: Row) -> Target:
+    def _target(self, spec: WebhookNotifier | SlackNotifier, row: Row) -> Target:
         """The request of one notification: a webhook's target with the event as its JSON body, or Slack's."""
-        spec = parse_spec(row["spec"])
         body = row["payload"]
         if isinstance(spec, SlackNotifier):
             url = self.firer.secrets().resolve(spec.url, f"notifiers.d/{row['notifier']}.toml url")
