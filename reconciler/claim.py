@@ -24,7 +24,7 @@ from reconciler.models import Policy, TaskSpec
 from reconciler.notifiers import subscriptions
 from reconciler.notify import Ended, Event, claim_events, ended_of, outbox_rows, record_ended
 from reconciler.store import Row, Store
-from reconciler.targets import idempotency_key
+from reconciler.targets import idempotency_key, parsed_url
 from reconciler.triggers import Fire, Schedule, compile_schedule, schedule_key
 
 log = logging.getLogger("reconciler.engine")
@@ -236,6 +236,8 @@ class Claimer:
         cached = self._compiled.get(task_id)
         if cached is None or cached[0] != spec_key:
             spec = TaskSpec.model_validate_json(texts[task_id])
+            with contextlib.suppress(ValueError):  # one the client refuses fails its run when fired
+                parsed_url(spec.target.url)  # parsed here, in idle time when warming, not per request
             if cached is None and len(self._compiled) >= MAX_COMPILED:
                 for old in list(self._compiled)[: MAX_COMPILED // 2]:  # the oldest half: recompiled when due
                     del self._compiled[old]

@@ -96,7 +96,9 @@ class RunSecrets:
     @property
     def longest(self) -> int:
         """Bytes of the longest remembered value (the excerpt reads this much extra, to scrub across its end)."""
-        return max((len(secret.encode()) for secret in self.values), default=0)
+        if not self.values:  # most runs: no secret at all
+            return 0
+        return max(len(secret.encode()) for secret in self.values)
 
 
 def storable(text: str | None) -> str | None:

@@ -237,8 +237,9 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-@functools.lru_cache(maxsize=4096)  # a target's URL is parsed once, not on every request
+@functools.lru_cache(maxsize=50_000)  # as many as the engine keeps compiled specs (claim.MAX_COMPILED)
 def parsed_url(text: str) -> yarl.URL:
+    """A target's URL, parsed once (when its spec is compiled, see claim.py), not on every request."""
     return yarl.URL(text)
 
 
@@ -341,7 +342,9 @@ class Firer:
                 attempt.http_status = response.status
                 attempt.retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 # Read past the excerpt by the longest secret, so one cut at the end is still scrubbed.
-                raw = await read_excerpt(response, EXCERPT_BYTES + secrets.longest)
+                raw = (
+                    b"" if response.content.at_eof() else await read_excerpt(response, EXCERPT_BYTES + secrets.longest)
+                )
                 if not response.content.at_eof():
                     response.close()  # do not drain an endless body: drop the connection
                 text = secrets.scrub(raw.decode("utf-8", "replace")) or ""
