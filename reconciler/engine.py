@@ -42,7 +42,7 @@ WARM_MIN_SLEEP = 0.5
 # Claimed runs may queue for a slot this long at the pace the slots sustain (and longer when a
 # claim takes longer): far inside the lease's margin, and long enough to ramp up in a few claims.
 QUEUE_SECONDS = 1.0
-CLAIMS_AT_ONCE = 3  # claim transactions serve() runs at a time (see _pace_queue)
+CLAIMS_AT_ONCE = 2  # claim transactions serve() runs at a time
 
 
 @dataclass(frozen=True)
@@ -292,15 +292,14 @@ class Engine:
         """Size the queue from the smoothed pace and claim time (after each claim, not per run):
         `ahead`, how many claimed runs may wait for a slot, is about four claims' worth at the pace
         the slots sustain (a claim's time varies threefold under load) or QUEUE_SECONDS' worth, at
-        least --concurrency, at most four batches: when commits are slow (a busy disk), claims of a
-        full batch take 0.3–0.4 s each, and CLAIMS_AT_ONCE of them keep the queue from running dry
-        only if it holds a few batches. A deeper queue would make runs wait for a slot past their
-        lease, and keep due tasks from replicas with free slots. `wake_room`, the room that
+        least --concurrency, at most two batches: back-to-back claims of a full batch need one
+        batch waiting while the next is claimed. A deeper queue would make runs wait for a slot past
+        their lease, and keep due tasks from replicas with free slots. `wake_room`, the room that
         wakes the next claim, is a quarter of the queue (or half the slots), so there is no claim
         per finished run."""
         config = self.config
         waits = max(QUEUE_SECONDS, 4 * self._claim_seconds)
-        self.ahead = min(4 * config.batch, max(config.concurrency, math.ceil(self._pace * waits)))
+        self.ahead = min(2 * config.batch, max(config.concurrency, math.ceil(self._pace * waits)))
         self.wake_room = max(1, min(config.batch, config.concurrency) // 2, self.ahead // 4)
 
     def claim_room(self) -> int:

@@ -37,6 +37,13 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._second: tuple[int, str] = (-1, "")
 
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)
+        # The format above without logging's general machinery (a dict lookup per field): run lines.
+        record.message = record.getMessage()
+        return f"{self.formatTime(record)} {record.levelname} {record.name}: {record.message}"
+
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         second = int(record.created)
         if second != self._second[0]:
