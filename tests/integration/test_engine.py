@@ -15,7 +15,7 @@ from psycopg import sql
 from reconciler.engine import Engine, EngineConfig
 from reconciler.errors import DatabaseUnavailable
 from reconciler.store import Store
-from reconciler.targets import Firer
+from reconciler.targets import Firer, parsed_url
 from tests.helpers import async_wait_until, leases
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, SECRET, cron, next_run, runs, setup
@@ -494,6 +494,9 @@ async def test_idle_time_validates_soon_due_specs_and_a_changed_spec_still_wins(
     await setup(store, tmp_path, {"a": cron(f"{url}/old"), "later": cron(f"{url}/later", expr="0 3 * * *")})
     assert await engine.claimer.warm(NOW + timedelta(minutes=5), budget=5.0) == 1  # only what falls due by then
     assert await engine.claimer.warm(NOW + timedelta(minutes=5), budget=5.0) == 0  # already validated
+    hits = parsed_url.cache_info().hits
+    parsed_url(f"{url}/old")  # the URL was parsed when the spec was, not left to the request
+    assert parsed_url.cache_info().hits == hits + 1
     await setup(store, tmp_path, {"a": cron(f"{url}/new")})  # changed after it was validated ahead
     report = await engine.run_once(NOW + timedelta(minutes=5))
     assert (report.fired, report.succeeded) == (1, 1)

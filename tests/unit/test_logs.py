@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import sys
 import threading
 
-from reconciler.logs import TurnHandler
+from reconciler.logs import TextFormatter, TurnHandler
 
 
 class CountingStream(io.StringIO):
@@ -107,3 +108,18 @@ def test_a_loop_that_stops_before_its_flush_does_not_hold_back_the_next_loops_li
         assert stream.getvalue() == "first loop\nsecond loop\n"
 
     asyncio.run(main())
+
+
+def test_the_text_format_is_loggings_own_line_for_plain_records_and_records_with_a_traceback() -> None:
+    ours = TextFormatter()
+    reference = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    reference.formatTime = ours.formatTime  # type: ignore[method-assign]  # the same time text
+    plain = logging.LogRecord("reconciler.engine", logging.INFO, "x", 1, "run %s: %d ms", ("a/b", 3), None)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord("reconciler.engine", logging.ERROR, "x", 1, "failed %s", ("a/b",), sys.exc_info())
+    for record in (plain, failed):
+        assert ours.format(record) == reference.format(record)
+    assert ours.format(plain).endswith(" INFO reconciler.engine: run a/b: 3 ms")
+    assert ours.format(failed).endswith("ValueError: boom")
