@@ -210,7 +210,8 @@ def _classify(exc: BaseException, timeout: float) -> tuple[str, bool]:
 async def read_excerpt(response: aiohttp.ClientResponse, limit: int) -> bytes:
     """At most `limit` bytes of the body; whatever else the target sends is never read."""
     chunks = bytearray()
-    while len(chunks) < limit:
+    # Not a read once the body has ended (no body at all, as most targets answer): it would only say so.
+    while len(chunks) < limit and not response.content.at_eof():
         chunk = await response.content.read(limit - len(chunks))
         if not chunk:
             break
@@ -342,9 +343,7 @@ class Firer:
                 attempt.http_status = response.status
                 attempt.retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 # Read past the excerpt by the longest secret, so one cut at the end is still scrubbed.
-                raw = (
-                    b"" if response.content.at_eof() else await read_excerpt(response, EXCERPT_BYTES + secrets.longest)
-                )
+                raw = await read_excerpt(response, EXCERPT_BYTES + secrets.longest)
                 if not response.content.at_eof():
                     response.close()  # do not drain an endless body: drop the connection
                 text = secrets.scrub(raw.decode("utf-8", "replace")) or ""
