@@ -12,10 +12,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from reconciler.clock import utc_text
@@ -30,7 +29,7 @@ from reconciler.triggers import Fire, Schedule, compile_schedule, schedule_key
 log = logging.getLogger("reconciler.engine")
 
 CATCHUP_CAP = 100  # occurrences recorded per task per claim
-MAX_WALK = 200_000  # occurrences walked to reach `now` after a long outage
+TICK = timedelta(microseconds=1)  # `before` just after an instant: "at or before" it
 MAX_COMPILED = 50_000  # validated specs kept per engine (tasks' specs, not runs: a bound on memory)
 WARM_LIMIT = 20_000  # soon-due tasks looked at per idle moment
 
@@ -49,19 +48,43 @@ class Decision:
 
 
 def due_occurrences(
-    schedule: Schedule, first: datetime, now: datetime, cap: int = CATCHUP_CAP
+    schedule: Schedule, first: datetime, now: datetime, policy: Policy, cap: int = CATCHUP_CAP
 ) -> tuple[list[datetime], datetime | None]:
-    """The occurrences from `first` up to `now` (inclusive), the newest `cap` of them; and the first after `now`."""
-    found: deque[datetime] = deque(maxlen=cap)
+    """The due occurrences a claim at `now` decides, oldest first, and the next occurrence to keep due.
+
+    `first` is the task's due next_run_at. Computed, not walked, so after any downtime it costs the
+    same few steps: with coalesce, the newest `cap` up to `now` (the latest fires, the others are
+    coalesced into it); without, the newest `cap` older than the misfire grace (recorded missed) and
+    the oldest `cap` within it (fired oldest first; the next one within the grace stays due for the
+    next claim)."""
+    following = schedule.next_fire_time(first)
+    if following is None or following > now:
+        return [first], following  # the usual claim: one occurrence due
+    if policy.coalesce:
+        return _newest(schedule, first, now + TICK, cap), schedule.next_fire_time(now)
+    floor = now - timedelta(seconds=max(policy.misfire_grace_seconds, ON_TIME_SECONDS))
+    missed: list[datetime] = []
     moment: datetime | None = first
-    steps = 0
-    while moment is not None and moment <= now and steps < MAX_WALK:
-        found.append(moment)
+    if first < floor:
+        missed = _newest(schedule, first, floor, cap)
+        moment = schedule.next_fire_time(floor - TICK)  # the oldest within the grace
+    fired: list[datetime] = []
+    while moment is not None and moment <= now and len(fired) < cap:
+        fired.append(moment)
         moment = schedule.next_fire_time(moment)
-        steps += 1
-    if moment is not None and moment <= now:  # the walk stopped short of `now`
-        moment = schedule.next_fire_time(now)
-    return list(found), moment
+    return missed + fired, moment
+
+
+def _newest(schedule: Schedule, first: datetime, before: datetime, cap: int) -> list[datetime]:
+    """The newest `cap` of `first` and the occurrences after it strictly before `before`, oldest first."""
+    found: list[datetime] = []
+    moment = schedule.previous_fire_time(before)
+    while moment is not None and moment > first and len(found) < cap:
+        found.append(moment)
+        moment = schedule.previous_fire_time(moment)
+    if len(found) < cap and first < before:
+        found.append(first)
+    return found[::-1]
 
 
 class SharedSchedule:
@@ -85,6 +108,9 @@ class SharedSchedule:
     def next_fire_time(self, after: datetime) -> datetime | None:
         fire = self.next_fire(after)
         return fire.at if fire else None
+
+    def previous_fire_time(self, before: datetime) -> datetime | None:
+        return self.schedule.previous_fire_time(before)
 
 
 # A claim is never exactly on time: this much late is on time whatever the grace (a grace of 0 would
@@ -268,8 +294,11 @@ class Claimer:
                 await asyncio.sleep(0)  # runs in flight go on meanwhile
         return len(rows)
 
-    async def claim(self, now: datetime, limit: int | None = None, finished: Sequence[int] = ()) -> Report:
+    async def claim(self, at: datetime | None, limit: int | None = None, finished: Sequence[int] = ()) -> Report:
         """One transaction: record the due occurrences and queued manual runs, take leases, advance.
+
+        `at` is None but in tests: what is due, which leases have expired and how late each occurrence
+        is are judged by the database's clock (the transaction's now()), never by this engine's.
 
         Its statements go in four round trips (Store.pipelined): BEGIN and what is due; the task
         locks, their leases and the specs not compiled yet; the run rows; the leases, the next run
@@ -278,11 +307,13 @@ class Claimer:
         leases are not counted against their tasks' max_running_instances)."""
         started = time.perf_counter()
         report = Report()
-        scope = {"now": now, "batch": limit or self.batch, "sources": list(self.sources)}
+        scope = {"now": at, "batch": limit or self.batch, "sources": list(self.sources)}
         async with self.store.pipelined_transaction() as conn:
-            lost, due, queued = await Store.pipelined(
-                conn, [("runs_mark_lost", {"now": now}), ("claim_due", scope), ("claim_queued", scope)]
+            clock, lost, due, queued = await Store.pipelined(
+                conn,
+                [("clock_now", scope), ("runs_mark_lost", scope), ("claim_due", scope), ("claim_queued", scope)],
             )
+            now: datetime = clock[0]["now"]  # the statements after these are given the same instant
             for row in lost:
                 report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
             await record_ended(conn, lost_ends(lost), now)
@@ -312,7 +343,7 @@ class Claimer:
                 try:
                     spec, schedule = self._compile(task_id, row["spec_key"], texts)
                     free = spec.policy.max_running_instances - held.get(task_id, 0)
-                    occurrences, following = due_occurrences(schedule, row["next_run_at"], now)
+                    occurrences, following = due_occurrences(schedule, row["next_run_at"], now, spec.policy)
                     decisions = decide(occurrences, now, spec.policy, free)
                 except Exception as exc:  # one task's stored spec must not stop the claim of the others
                     reason = f"invalid stored spec: {one_line(exc)}"

@@ -127,6 +127,12 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-margin", type=SECONDS, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
     )
+    parser.add_argument(
+        "--max-clock-offset",
+        type=SECONDS,
+        default=5.0,
+        help="warn when this machine's clock is further than this off the database's (s, default 5)",
+    )
     _allow_env(
         parser,
         "environment variables tasks may read (glob, repeatable; default: all but RECONCILER_*, DATABASE_URL, PG*)",

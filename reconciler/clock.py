@@ -1,9 +1,16 @@
-"""The injectable clock (the only place that reads the wall clock), and the one way text writes an instant."""
+"""The injectable clock (the only place that reads the wall clock), and the one way text writes an instant.
+
+One clock decides: the database's. Statements that judge time (what is due, lease expiry, misfire
+lateness, `late`) read the database's own `now()`; the instants an engine records (a run's start and
+end, a retry time) are its own clock corrected by the offset it last measured from the database
+(`DatabaseClock`), so replicas whose clocks disagree never fire early, twice, or expire a live lease.
+"""
 
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -37,7 +44,38 @@ class FixedClock:
         self._at = at
 
 
+class DatabaseClock:
+    """The database's clock as this process estimates it: the system clock plus the offset (database
+    minus this machine, in seconds) last measured (`measure`). One per process: the offset belongs to
+    this machine's clock, whichever engine measured it."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.measured = False
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self.offset)
+
+    def timestamp(self) -> float:
+        """now() as a POSIX timestamp."""
+        return time.time() + self.offset
+
+    def measure(self, sent: datetime, database: datetime, received: datetime) -> float:
+        """Take the offset from a reading of the database's clock between two readings of ours (utcnow()
+        before the query was sent and after its answer came): off by at most half the round trip."""
+        self.offset = (database - sent).total_seconds() - (received - sent).total_seconds() / 2
+        self.measured = True
+        return self.offset
+
+
 SYSTEM = SystemClock()
+DATABASE = DatabaseClock()
+
+
+def statement_now(clock: Clock) -> datetime | None:
+    """The `now` given to a statement that judges time: None, so that it reads the database's own
+    `now()`, on the database's clock; the instant a test clock was set to otherwise (run_once(now))."""
+    return None if isinstance(clock, DatabaseClock) else clock.now()
 
 
 def utcnow() -> datetime:

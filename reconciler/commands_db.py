@@ -142,7 +142,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             found = await Store.fetch(conn, "task_get", {"id": args.id})
             if not found:
                 raise UserError(f"unknown task {args.id!r}; see `reconciler status` for the ids")
-            [row] = await Store.fetch(conn, "run_queue_manual", {"task_id": args.id, "now": utcnow()})
+            [row] = await Store.fetch(conn, "run_queue_manual", {"task_id": args.id, "now": None})
             await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [args.id]}))
         run_id = row["id"]
         print(
@@ -195,7 +195,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
         async with store.transaction() as conn:
             reason = "cancelled with `reconciler cancel` before it started"
-            done = await Store.fetch(conn, "run_cancel", {"run_id": args.run_id, "now": utcnow(), "error": reason})
+            done = await Store.fetch(conn, "run_cancel", {"run_id": args.run_id, "now": None, "error": reason})
             if done:
                 print(f"cancelled manual run {args.run_id} of {render.safe(done[0]['task_id'])} (recorded skipped)")
                 return EXIT_OK

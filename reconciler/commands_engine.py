@@ -50,6 +50,7 @@ def engine_config(args: argparse.Namespace, sources: tuple[str, ...]) -> EngineC
         drain_seconds=args.drain_seconds,
         keep_runs_days=args.keep_runs_days or None,  # 0: keep every run
         lease_margin=args.lease_margin,
+        max_clock_offset=args.max_clock_offset,
         allow_env=globs(args.allow_env),
     )
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from reconciler.clock import SYSTEM, Clock
+from reconciler.clock import DATABASE, Clock, statement_now
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
 from reconciler.models import Target
@@ -66,7 +66,7 @@ class Deliverer:
     answers holds back no other."""
 
     def __init__(
-        self, store: Store, engine_id: str, policy: EnvPolicy, clock: Clock = SYSTEM, sources: Sequence[str] = ()
+        self, store: Store, engine_id: str, policy: EnvPolicy, clock: Clock = DATABASE, sources: Sequence[str] = ()
     ) -> None:
         self.store = store
         self.engine_id = engine_id
@@ -103,7 +103,7 @@ class Deliverer:
             return 0
         sending = Counter(f"{row['source']}/{row['notifier']}" for row in self.sending.values())
         params = {
-            "now": self.clock.now(),
+            "now": statement_now(self.clock),  # due by the database's clock
             "limit": free,
             "engine_id": self.engine_id,
             "lease": LEASE_MARGIN,

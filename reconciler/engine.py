@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import psycopg
 
 from reconciler.claim import Claimed, Claimer, Report
-from reconciler.clock import SYSTEM, Clock, utc_iso, utc_text
+from reconciler.clock import DATABASE, Clock, DatabaseClock, statement_now, utc_iso, utc_text, utcnow
 from reconciler.delivery import Deliverer
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
@@ -59,6 +59,7 @@ class EngineConfig:
     prune_batch: int = 2000  # rows deleted per statement: short transactions, no long locks
     allow_env: tuple[str, ...] = ()  # globs of variables tasks may read; empty: all but the engine's own
     sources: tuple[str, ...] = ()  # claim only these sources' tasks (`engine --source`); empty: every source
+    max_clock_offset: float = 5.0  # warn when this machine's clock is further than this off the database's
 
 
 async def back_off(stop: asyncio.Event, seconds: float) -> float:
@@ -81,7 +82,9 @@ class Observer(Protocol):
 
 
 class Engine:
-    def __init__(self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = SYSTEM) -> None:
+    def __init__(
+        self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = DATABASE
+    ) -> None:
         self.store = store
         self.config = config
         self.firer = firer or Firer(concurrency=config.concurrency, policy=EnvPolicy(config.allow_env))
@@ -106,9 +109,11 @@ class Engine:
         self._more_due = True  # the last claim to end took all it asked for: more may be due
         self._pace_queue()
         self.observers: list[Observer] = []
+        self.clock_off = False  # the last heartbeat found this machine's clock past max_clock_offset
 
-    async def claim(self, now: datetime, limit: int | None = None) -> Report:
-        """One claim transaction (see claim.py) of at most `limit` due tasks (default --batch); observers are told."""
+    async def claim(self, now: datetime | None, limit: int | None = None) -> Report:
+        """One claim transaction (see claim.py) of at most `limit` due tasks (default --batch) at `now` (None:
+        the database's clock); observers are told."""
         report = await self.claimer.claim(now, limit, self.results.finished())
         self.ready = True
         for observer in self.observers:
@@ -233,23 +238,50 @@ class Engine:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=seconds)
 
-    async def heartbeat(self, now: datetime) -> None:
+    async def heartbeat(self) -> None:
+        """Say this engine is alive (by the database's clock), and measure this machine's clock against it."""
+        params = {
+            "engine_id": self.config.engine_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "now": statement_now(self.clock),
+        }
         async with self.store.connection() as conn:
-            await Store.execute(
-                conn,
-                "engine_heartbeat",
-                {"engine_id": self.config.engine_id, "host": socket.gethostname(), "pid": os.getpid(), "now": now},
-            )
+            sent = utcnow()
+            [row] = await Store.fetch(conn, "engine_heartbeat", params)
+            received = utcnow()
+        if isinstance(self.clock, DatabaseClock):
+            self._check_offset(self.clock.measure(sent, row["database_now"], received))
 
-    async def sleep_seconds(self, now: datetime) -> float:
-        """Until the nearest next_run_at, within [0, max_sleep]; 0 when manual runs are queued."""
+    def _check_offset(self, offset: float) -> None:
+        """A warning when this machine's clock goes further off the database's than max_clock_offset (and a
+        line when it is back): nothing fires early or late for it, but this host's own timestamps are off."""
+        bound = self.config.max_clock_offset
+        off = abs(offset) > bound
+        if off and not self.clock_off:
+            log.warning(
+                "this machine's clock is %.1f s %s the database's (more than --max-clock-offset %g s): the "
+                "database's clock decides what is due, so nothing fires early or late, but timestamps this host "
+                "writes outside reconciler (and its logs' times) are off by as much; check its time sync (NTP)",
+                abs(offset),
+                "behind" if offset > 0 else "ahead of",
+                bound,
+                extra={"fields": {"clock_offset_seconds": round(offset, 3)}},
+            )
+        elif self.clock_off and not off:
+            log.info("this machine's clock is back within %g s of the database's (%+.3f s)", bound, offset)
+        self.clock_off = off
+
+    async def sleep_seconds(self, now: datetime | None) -> float:
+        """Until the nearest next_run_at (by the database's clock when `now` is None), within [0, max_sleep];
+        0 when manual runs are queued."""
         async with self.store.connection() as conn:
             [row] = await Store.fetch(conn, "nearest_due", {"now": now, "sources": list(self.config.sources)})
         if row["queued"]:
             return 0.0
         if row["next_run_at"] is None:
             return self.config.max_sleep
-        until: float = (row["next_run_at"] - now).total_seconds()
+        until: float = (row["next_run_at"] - row["now"]).total_seconds()
         return max(0.0, min(self.config.max_sleep, until))
 
     # ------------------------------------------------------------ serve
@@ -337,7 +369,7 @@ class Engine:
         )
         beside = [
             asyncio.create_task(
-                self._every(stop, self.config.heartbeat_seconds, lambda: self.heartbeat(self.clock.now()), "heartbeat")
+                self._every(stop, self.config.heartbeat_seconds, self.heartbeat, "heartbeat")
             ),
             asyncio.create_task(
                 self._every(
@@ -349,7 +381,10 @@ class Engine:
             ),
             asyncio.create_task(
                 self._every(
-                    stop, self.config.heartbeat_seconds, lambda: late_scan(self.store, self.clock.now()), "late scan"
+                    stop,
+                    self.config.heartbeat_seconds,
+                    lambda: late_scan(self.store, statement_now(self.clock)),
+                    "late scan",
                 )
             ),
         ]
@@ -361,14 +396,13 @@ class Engine:
                     backoff = 0.5
                 if listener is None:
                     listener = await self.store.listen()
-                now = self.clock.now()
                 if not self._more_due and not self.claims:  # the last claim took all that was due
                     await self._wait(listener, await self._warm_then_sleep(), stop)
                     self._more_due = True
                     continue
                 limit = min(self.config.batch, self.claim_room())
                 if self._may_claim(limit):
-                    self.claims[asyncio.create_task(self.claim(now, limit))] = limit
+                    self.claims[asyncio.create_task(self.claim(statement_now(self.clock), limit))] = limit
                     continue
                 # A claim ending or workers making room (they set the event) wake this; the timeout is a safety net.
                 self._fill()  # a worker whose run came back from a rest may have stepped down
@@ -460,7 +494,7 @@ class Engine:
 
     async def _warm_then_sleep(self) -> float:
         """The seconds to sleep, less what validating soon-due specs (in idle time only) took."""
-        seconds = await self.sleep_seconds(self.clock.now())
+        seconds = await self.sleep_seconds(statement_now(self.clock))
         if seconds < WARM_MIN_SLEEP:
             return seconds
         started = time.monotonic()

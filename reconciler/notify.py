@@ -191,15 +191,16 @@ def claim_events(
     return events
 
 
-async def late_scan(store: Store, now: datetime) -> int:
+async def late_scan(store: Store, now: datetime | None) -> int:
     """Any engine's dead-man's switch: `late` for every occurrence of a task with late subscribers still
-    unclaimed late_after_seconds after it was due, whatever source or engine should have claimed it."""
+    unclaimed late_after_seconds after it was due (by the database's clock when `now` is None), whatever
+    source or engine should have claimed it."""
     async with store.connection() as conn:
         rows = await Store.fetch(conn, "tasks_late", {"now": now, "floor": float(LATE_FLOOR_SECONDS)})
         events, subs_of = [], {}
         for row in rows:
-            events.append(late_event(row["id"], row["next_run_at"], now))
+            events.append(late_event(row["id"], row["next_run_at"], row["now"]))
             subs_of[row["id"]] = subscriptions({"notify": {"late": row["late"]}})
         if events:
-            await Store.execute(conn, "notifications_insert", outbox_rows(events, subs_of, now))
+            await Store.execute(conn, "notifications_insert", outbox_rows(events, subs_of, rows[0]["now"]))
     return len(events)

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from reconciler.clock import SYSTEM, Clock
+from reconciler.clock import DATABASE, Clock
 from reconciler.environment import storable
 from reconciler.errors import DatabaseUnavailable, one_line
 from reconciler.notify import record_ended
@@ -44,7 +44,7 @@ def attempt_params(run_id: int, attempt: Attempt) -> Result:
 class Results:
     """Finished runs' results, queued until `flush` writes them in one transaction."""
 
-    def __init__(self, store: Store, clock: Clock = SYSTEM) -> None:
+    def __init__(self, store: Store, clock: Clock = DATABASE) -> None:
         self.store = store
         self.clock = clock
         self.pending: list[Result] = []

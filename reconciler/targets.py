@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import yarl
 
-from reconciler.clock import utc_iso, utc_stamp, utcnow
+from reconciler.clock import DATABASE, utc_iso, utc_stamp, utcnow
 from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets
 from reconciler.models import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, Target, TaskSpec
 
@@ -43,7 +43,7 @@ class Attempt:
     duration_ms: int = 0
     excerpt: str | None = None
     retry_after: float | None = None
-    sent_at: float = 0.0  # time.time() when the request left
+    sent_at: float = 0.0  # when the request left, by the database's clock (DATABASE.timestamp())
     transient: bool = False  # a failure that a retry may cure: connect error, cut-off response, 5xx, 429
 
     @property
@@ -332,7 +332,7 @@ class Firer:
         session = self.session()
         for refresh in (False, True):
             headers = await self._headers(target, task_id, scheduled_for, key, attempt.attempt, secrets)
-            attempt.sent_at = time.time()
+            attempt.sent_at = DATABASE.timestamp()
             async with session.request(target.method, parsed_url(target.url), headers=headers, **kwargs) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
                 if response.status == 401 and is_oauth and not refresh:

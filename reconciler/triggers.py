@@ -35,6 +35,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FLOOR = datetime(MIN_YEAR, 1, 1, tzinfo=UTC) - timedelta(days=2)
 HORIZON = datetime(MAX_YEAR + 1, 1, 1, tzinfo=UTC) + timedelta(days=2)
 HORIZON_WALL = HORIZON.replace(tzinfo=None) + timedelta(days=2)  # a wall time past it fires past HORIZON
+FLOOR_WALL = FLOOR.replace(tzinfo=None) - timedelta(days=2)  # a wall time before it fires before FLOOR
 # Wider than any DST shift in the tz database (2 h), so a walk started this far back
 # sees the second pass of every repeated wall time.
 DST_MARGIN = timedelta(hours=3)
@@ -55,11 +56,13 @@ class Fire:
 
 
 class Schedule(Protocol):
-    """A compiled trigger."""
+    """A compiled trigger: the occurrence after an instant, and the one before it, each computed directly."""
 
     def next_fire(self, after: datetime) -> Fire | None: ...
 
     def next_fire_time(self, after: datetime) -> datetime | None: ...
+
+    def previous_fire_time(self, before: datetime) -> datetime | None: ...
 
 
 class TriggerError(ValueError):
@@ -86,6 +89,16 @@ def _start_from(after: datetime) -> datetime | None:
 
 def _within_horizon(fire: Fire | None) -> Fire | None:
     return fire if fire is not None and fire.at < HORIZON else None
+
+
+def _end_from(before: datetime, end: datetime | None) -> datetime | None:
+    """`before` in UTC, at most HORIZON and the window's (exclusive) end; None when it is at or before
+    FLOOR (nothing can precede it)."""
+    _require_aware(before)
+    if before <= FLOOR:  # compared before converting: astimezone could overflow out there
+        return None
+    bounded = min(before, HORIZON).astimezone(UTC)
+    return bounded if end is None else min(bounded, end)
 
 
 # ---------------------------------------------------------------- local ↔ instant
@@ -178,6 +191,10 @@ class WallClockSchedule:
         """Naive local wall times matching the schedule, ascending, strictly after `after_local`."""
         raise NotImplementedError
 
+    def local_candidates_before(self, before_local: datetime) -> Iterator[datetime]:
+        """Naive local wall times matching the schedule, descending, strictly before `before_local`."""
+        raise NotImplementedError
+
     def _fires(self, local: datetime) -> list[Fire]:
         resolved = resolve_local(local, self.zone)
         if resolved.kind == "normal":
@@ -248,6 +265,47 @@ class WallClockSchedule:
         fire = self.next_fire(after)
         return fire.at if fire else None
 
+    def previous_fire(self, before: datetime) -> Fire | None:
+        """The last occurrence strictly before `before`, within the window: next_fire's mirror, stepping
+        back over matching wall times (a catch-up after any downtime costs a few steps, not one per
+        missed occurrence)."""
+        bounded = _end_from(before, self.end)
+        if bounded is None or (self.start is not None and bounded <= self.start):
+            return None
+        before = bounded
+        # A wall time L fires at L - offset (or, in a gap, at the transition, which lies between its
+        # two readings), so only L < before + the largest nearby offset can fire before `before`.
+        _, high = self._offsets(before)
+        origin = before.replace(tzinfo=None) + high
+        best: Fire | None = None
+        best_wall_bound: datetime | None = None
+        for count, local in enumerate(self.local_candidates_before(origin)):
+            if best_wall_bound is not None and local < best_wall_bound:
+                break  # this and every earlier wall time fires before `best`
+            if local < FLOOR_WALL:
+                break
+            for fire in self._fires(local):
+                if fire.at < before and (best is None or fire.at > best.at):
+                    best = fire
+            if best is not None and best_wall_bound is None:
+                low, high = self._offsets(best.at)
+                if low == high:
+                    break  # no DST shift nearby: wall order is instant order
+                # Earlier wall times can map later than this one by at most the DST shift.
+                best_wall_bound = best.at.replace(tzinfo=None) + low
+            if self.start is not None and local.replace(tzinfo=self.zone).astimezone(UTC) < self.start - DST_MARGIN:
+                break
+            if count >= MAX_CANDIDATES:
+                break
+        if best is None or (self.start is not None and best.at < self.start) or best.at < FLOOR:
+            return None
+        return best
+
+    def previous_fire_time(self, before: datetime) -> datetime | None:
+        """The last fire instant strictly before `before` (UTC), or None."""
+        fire = self.previous_fire(before)
+        return fire.at if fire else None
+
 
 class CronSchedule(WallClockSchedule):
     """A 5-field cron expression in a zone; croniter steps naive wall time, we apply the DST rules."""
@@ -268,6 +326,14 @@ class CronSchedule(WallClockSchedule):
             try:
                 yield walker.get_next(datetime)
             except CroniterBadDateError:  # no date ever matches (e.g. "0 0 30 2 *")
+                return
+
+    def local_candidates_before(self, before_local: datetime) -> Iterator[datetime]:
+        walker = croniter(self.expr, before_local, day_or=True)  # its own: next_fire's may be mid-walk
+        while True:
+            try:
+                yield walker.get_prev(datetime)
+            except (CroniterBadDateError, OverflowError, ValueError):  # none left (or before year 1)
                 return
 
 
@@ -315,6 +381,20 @@ class CalendarSchedule(WallClockSchedule):
                     yield local
             k += 1
 
+    def local_candidates_before(self, before_local: datetime) -> Iterator[datetime]:
+        k = max(0, self._index_before(before_local.date()) + 2)
+        while k >= 0:
+            try:
+                day = self._date(k)
+            except (OverflowError, ValueError):  # past year 9999
+                k -= 1
+                continue
+            for moment in reversed(self.times):
+                local = datetime.combine(day, moment)
+                if local < before_local:
+                    yield local
+            k -= 1
+
 
 class IntervalSchedule:
     """Elapsed time: anchor + k·every; DST does not shift it."""
@@ -338,6 +418,15 @@ class IntervalSchedule:
         fire = self.next_fire(after)
         return fire.at if fire else None
 
+    def previous_fire_time(self, before: datetime) -> datetime | None:
+        """anchor + k·every for the largest k with that instant strictly before `before` (arithmetic)."""
+        bounded = _end_from(before, self.end)
+        anchor = self.anchor or EPOCH
+        if bounded is None or bounded <= anchor:
+            return None
+        steps = -((anchor - bounded) // self.period)  # ceil((before - anchor) / every)
+        return (anchor + (steps - 1) * self.period).astimezone(UTC)
+
 
 class OnceSchedule:
     """A single instant."""
@@ -352,6 +441,10 @@ class OnceSchedule:
     def next_fire_time(self, after: datetime) -> datetime | None:
         fire = self.next_fire(after)
         return fire.at if fire else None
+
+    def previous_fire_time(self, before: datetime) -> datetime | None:
+        _require_aware(before)
+        return self.at if self.at < before and self.at < HORIZON else None
 
 
 def default_overlap(spec: TaskSpec) -> Overlap:

@@ -148,11 +148,17 @@ SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
 
 -- ============================================================== engine
 
+-- name: clock_now
+-- The claim's "now": the database's transaction time. %(now)s is NULL but in tests, which inject
+-- their instant (run_once(now)). Every statement that judges time reads the same COALESCE, so the
+-- engine's own clock never decides what is due, when a lease has expired or how late a claim is.
+SELECT COALESCE(%(now)s::timestamptz, now()) AS now;
+
 -- name: claim_due
--- The claim: due rows, oldest first, skipping rows another replica holds.
+-- The claim: due rows (by the database's clock), oldest first, skipping rows another replica holds.
 -- %(sources)s scopes an engine (`engine --source`); empty: every source.
 SELECT id, hashtextextended(spec::text, 0) AS spec_key, next_run_at FROM scheduler.tasks
- WHERE enabled AND next_run_at <= %(now)s
+ WHERE enabled AND next_run_at <= COALESCE(%(now)s::timestamptz, now())
    AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
  ORDER BY next_run_at
  FOR UPDATE SKIP LOCKED
@@ -186,7 +192,7 @@ SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, ha
                                 THEN LEAST((s.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
                                 ELSE 1 END)
                           - (SELECT count(*) FROM scheduler.run_leases l
-                              WHERE l.task_id = q.task_id AND l.expires_at > %(now)s))
+                              WHERE l.task_id = q.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now())))
    AND r.status = 'queued'
  ORDER BY r.id
  FOR UPDATE OF r SKIP LOCKED
@@ -194,7 +200,7 @@ SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, ha
 
 -- name: run_cancel
 -- `reconciler cancel`: only a queued run (a running one has left; its lease covers it).
-UPDATE scheduler.runs SET status = 'skipped', finished_at = %(now)s, error = %(error)s
+UPDATE scheduler.runs SET status = 'skipped', finished_at = COALESCE(%(now)s::timestamptz, now()), error = %(error)s
  WHERE id = %(run_id)s AND status = 'queued'
 RETURNING id, task_id;
 
@@ -268,12 +274,12 @@ UPDATE scheduler.runs
  WHERE id = %(run_id)s;
 
 -- name: runs_mark_lost
--- Runs whose lease expired: their engine died (or hung) while holding them.
+-- Runs whose lease expired by the database's clock: their engine died (or hung) while holding them.
 WITH expired AS (
-    DELETE FROM scheduler.run_leases WHERE expires_at <= %(now)s RETURNING run_id, engine_id
+    DELETE FROM scheduler.run_leases WHERE expires_at <= COALESCE(%(now)s::timestamptz, now()) RETURNING run_id, engine_id
 )
 UPDATE scheduler.runs r
-   SET status = 'lost', finished_at = %(now)s,
+   SET status = 'lost', finished_at = COALESCE(%(now)s::timestamptz, now()),
        error = 'lease expired: engine ' || e.engine_id || ' stopped before recording a result'
   FROM expired e
  WHERE r.id = e.run_id AND r.status = 'running'
@@ -281,9 +287,11 @@ RETURNING r.id, r.task_id, r.scheduled_for, r.error,
           (SELECT t.spec -> 'notify' FROM scheduler.tasks t WHERE t.id = r.task_id) AS notify;
 
 -- name: engine_heartbeat
+-- Returns the database's clock as the statement ran: the engine measures its own clock's offset from it.
 INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen)
-VALUES (%(engine_id)s, %(host)s, %(pid)s, %(now)s, %(now)s)
-ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXCLUDED.host, pid = EXCLUDED.pid;
+VALUES (%(engine_id)s, %(host)s, %(pid)s, COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
+ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXCLUDED.host, pid = EXCLUDED.pid
+RETURNING clock_timestamp() AS database_now;
 
 -- name: engine_gone
 DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
@@ -291,7 +299,7 @@ DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 -- name: nearest_due
 -- queued: a manual run this engine could start now (one waiting for a slot wakes the engine
 -- through the NOTIFY the finishing engine sends, see runs_finish_notify).
-SELECT min(next_run_at) AS next_run_at,
+SELECT min(next_run_at) AS next_run_at, COALESCE(%(now)s::timestamptz, now()) AS now,
        EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks s ON s.id = r.task_id
                 WHERE r.status = 'queued'
                   AND (cardinality(%(sources)s::text[]) = 0 OR s.source = ANY(%(sources)s::text[]))
@@ -299,7 +307,7 @@ SELECT min(next_run_at) AS next_run_at,
                             THEN LEAST((s.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
                             ELSE 1 END)
                       > (SELECT count(*) FROM scheduler.run_leases l
-                          WHERE l.task_id = r.task_id AND l.expires_at > %(now)s)) AS queued
+                          WHERE l.task_id = r.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))) AS queued
   FROM scheduler.tasks
  WHERE enabled AND next_run_at IS NOT NULL
    AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
@@ -311,7 +319,7 @@ SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_r
 
 -- name: run_queue_manual
 INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at)
-VALUES (%(task_id)s, %(now)s, 'manual', 'queued', 0, %(now)s)
+VALUES (%(task_id)s, COALESCE(%(now)s::timestamptz, now()), 'manual', 'queued', 0, COALESCE(%(now)s::timestamptz, now()))
 RETURNING id;
 
 -- name: runs_list
@@ -325,7 +333,7 @@ SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at,
 
 -- name: due_backlog
 SELECT count(*) AS due FROM scheduler.tasks
- WHERE enabled AND next_run_at <= %(now)s
+ WHERE enabled AND next_run_at <= COALESCE(%(now)s::timestamptz, now())
    AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
 
 -- name: task_health
@@ -345,7 +353,7 @@ SELECT t.id, t.next_run_at,
 -- name: engines_seen
 -- Engines that sent a heartbeat in the last hour (one that died without saying goodbye stays
 -- visible that long, for the alert on it).
-SELECT engine_id, last_seen FROM scheduler.engines WHERE last_seen > %(now)s - interval '1 hour';
+SELECT engine_id, last_seen FROM scheduler.engines WHERE last_seen > COALESCE(%(now)s::timestamptz, now()) - interval '1 hour';
 
 -- name: runs_finish_many
 -- Results are written in batches; a late result still wins over `lost`: what happened is recorded.
@@ -405,7 +413,7 @@ ON CONFLICT DO NOTHING;
 -- an engine (`sending`: its sends in flight per source/notifier), so one that hangs holds few slots.
 UPDATE scheduler.notifications n
    SET attempts = n.attempts + 1, engine_id = %(engine_id)s,
-       next_attempt_at = %(now)s + make_interval(secs => COALESCE((due.spec ->> 'timeout_seconds')::float8, 60)
+       next_attempt_at = COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => COALESCE((due.spec ->> 'timeout_seconds')::float8, 60)
                                                          + %(lease)s)
   FROM (SELECT d.id, f.spec
           FROM (SELECT id, source, notifier FROM scheduler.notifications
@@ -414,12 +422,12 @@ UPDATE scheduler.notifications n
                                              row_number() OVER (PARTITION BY source, notifier
                                                                 ORDER BY next_attempt_at, id) AS nth
                                         FROM scheduler.notifications
-                                       WHERE status = 'pending' AND next_attempt_at <= %(now)s
+                                       WHERE status = 'pending' AND next_attempt_at <= COALESCE(%(now)s::timestamptz, now())
                                          AND (cardinality(%(sources)s::text[]) = 0
                                               OR source = ANY(%(sources)s::text[]))) ranked
                                WHERE nth <= %(per_notifier)s
                                             - COALESCE((%(sending)s::jsonb ->> (source || '/' || notifier))::int, 0))
-                   AND status = 'pending' AND next_attempt_at <= %(now)s
+                   AND status = 'pending' AND next_attempt_at <= COALESCE(%(now)s::timestamptz, now())
                  ORDER BY next_attempt_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) d
           LEFT JOIN scheduler.notifiers f ON f.source = d.source AND f.name = d.notifier) due
  WHERE n.id = due.id
@@ -441,11 +449,11 @@ UPDATE scheduler.notifications
 -- name: tasks_late
 -- The dead-man's switch: occurrences still unclaimed late_after_seconds (default the misfire grace,
 -- at least LATE_FLOOR_SECONDS) after they were due, of tasks with `late` subscribers, not yet notified.
-SELECT t.id, t.next_run_at, t.spec -> 'notify' -> 'late' AS late
+SELECT t.id, t.next_run_at, t.spec -> 'notify' -> 'late' AS late, COALESCE(%(now)s::timestamptz, now()) AS now
   FROM scheduler.tasks t
  WHERE t.enabled AND t.next_run_at IS NOT NULL
    AND jsonb_typeof(t.spec -> 'notify' -> 'late') = 'array' AND jsonb_array_length(t.spec -> 'notify' -> 'late') > 0
-   AND t.next_run_at < %(now)s - make_interval(secs => COALESCE((t.spec -> 'notify' ->> 'late_after_seconds')::float8,
+   AND t.next_run_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => COALESCE((t.spec -> 'notify' ->> 'late_after_seconds')::float8,
                                                                 GREATEST((t.spec -> 'policy' ->> 'misfire_grace_seconds')::float8,
                                                                          %(floor)s)))
    AND NOT EXISTS (SELECT 1 FROM scheduler.notifications n

@@ -98,8 +98,12 @@ async def test_catchup_is_capped_at_100_per_claim(
     report = await engine.run_once(NOW + timedelta(minutes=300))
     assert report.fired == 100
     assert len(rec.paths("/i")) == 100 and len(runs(dsn)) == 100
-    # the newest 100 of the 300 due occurrences; the schedule resumes after now
-    assert runs(dsn)[0]["scheduled_for"] == NOW + timedelta(minutes=201)
+    # the oldest 100 of the 300 due occurrences within the grace; the 101st stays due for the next claim
+    assert runs(dsn)[0]["scheduled_for"] == NOW + timedelta(minutes=1)
+    assert next_run(dsn, "i") == NOW + timedelta(minutes=101)
+    for _ in range(2):
+        assert (await engine.run_once(NOW + timedelta(minutes=300, seconds=30))).fired == 100
+    assert len(runs(dsn)) == 300 and len({r.headers["Idempotency-Key"] for r in rec.paths("/i")}) == 300
     assert next_run(dsn, "i") == NOW + timedelta(minutes=301)
 
 

@@ -80,7 +80,7 @@ async def test_per_task_gauges_tell_failing_and_overdue_tasks_and_engines_heartb
     await engine.run_once(NOW + timedelta(minutes=5))
     later = NOW + timedelta(minutes=12)  # ok and bad are due again at 12:10, and nobody claims them
     engine.clock = FixedClock(later)
-    await engine.heartbeat(later)
+    await engine.heartbeat()
 
     async def read() -> dict[str, dict[str, float]]:
         found = await scrape(metrics_url)

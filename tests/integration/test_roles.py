@@ -161,7 +161,7 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
         async with Store(engine_dsn) as store:
             await store.init_schema()  # what every command does first: a no-op that needs no CREATE
             engine = Engine(store, EngineConfig("least-privilege", keep_runs_days=1), firer)
-            await engine.heartbeat(NOW)
+            await engine.heartbeat()
             report = await engine.run_once(NOW + timedelta(minutes=5, seconds=3))
             assert (report.fired, report.succeeded) == (2, 2), runs(initialized)
             assert await engine.sleep_seconds(NOW) >= 0
