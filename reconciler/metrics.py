@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from reconciler.clock import DATABASE
 from reconciler.store import Row, Store
 
 log = logging.getLogger("reconciler.metrics")
@@ -68,6 +69,12 @@ class EngineMetrics:
         )
         self.outbox = Outbox()
         registry.register(self.outbox)
+        Gauge(
+            "reconciler_clock_offset_seconds",
+            "The database's clock minus this machine's, as last measured at heartbeat (NaN: not yet); the "
+            "database's clock decides what is due, this shows a host whose time sync is off",
+            registry=registry,
+        ).set_function(lambda: DATABASE.offset if DATABASE.measured else math.nan)
 
     def claimed(self, report: Report) -> None:
         self.claim_seconds.observe(report.seconds)
