@@ -96,6 +96,7 @@ class SharedSchedule:
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
         self._answers: dict[datetime, Fire | None] = {}
+        self._before: dict[datetime, datetime | None] = {}
 
     def next_fire(self, after: datetime) -> Fire | None:
         if after in self._answers:
@@ -110,7 +111,12 @@ class SharedSchedule:
         return fire.at if fire else None
 
     def previous_fire_time(self, before: datetime) -> datetime | None:
-        return self.schedule.previous_fire_time(before)
+        if before in self._before:
+            return self._before[before]
+        if len(self._before) >= CATCHUP_CAP + 2:  # one catch-up's steps back, for every task sharing it
+            self._before.clear()
+        found = self._before[before] = self.schedule.previous_fire_time(before)
+        return found
 
 
 # A claim is never exactly on time: this much late is on time whatever the grace (a grace of 0 would

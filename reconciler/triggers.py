@@ -314,6 +314,7 @@ class CronSchedule(WallClockSchedule):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.expr = " ".join(fields)
         self._walker: croniter | None = None
+        self._back: croniter | None = None
 
     def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
         # croniter on naive datetimes walks pure wall-clock time (no DST handling to distrust).
@@ -329,7 +330,11 @@ class CronSchedule(WallClockSchedule):
                 return
 
     def local_candidates_before(self, before_local: datetime) -> Iterator[datetime]:
-        walker = croniter(self.expr, before_local, day_or=True)  # its own: next_fire's may be mid-walk
+        # A walker of its own (next_fire's may be mid-walk), made once and rewound like next_fire's.
+        if self._back is None:
+            self._back = croniter(self.expr, datetime(2000, 1, 1), day_or=True)
+        walker = self._back
+        walker.set_current(before_local, force=True)
         while True:
             try:
                 yield walker.get_prev(datetime)
