@@ -10,7 +10,7 @@ import asyncio
 import json
 import math
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from reconciler import render
@@ -61,8 +61,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def work(store: Store) -> tuple[list[Row], list[Row], list[Row]]:
         async with store.connection() as conn:
             rows = await Store.fetch(conn, "status_rows")
-            since = utcnow() - timedelta(seconds=ENGINE_LIVE_SECONDS)
-            engines = await Store.fetch(conn, "engines_live", {"since": since})
+            engines = await Store.fetch(conn, "engines_live", {"seconds": float(ENGINE_LIVE_SECONDS)})
             live = await Store.fetch(conn, "applies_live_sources")
         return rows, engines, live
 

@@ -143,8 +143,9 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
  ORDER BY t.id;
 
 -- name: engines_live
+-- Engines whose last heartbeat is at most %(seconds)s old, by the database's clock (heartbeats are written by it).
 SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
- WHERE last_seen >= %(since)s ORDER BY engine_id;
+ WHERE last_seen >= now() - make_interval(secs => %(seconds)s) ORDER BY engine_id;
 
 -- ============================================================== engine
 
