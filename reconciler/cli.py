@@ -13,7 +13,7 @@ from typing import Any, NoReturn, TypeVar
 
 from reconciler import __version__
 from reconciler.embedded import find_tasks_dir
-from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
+from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, as_bytes, is_utf8
 from reconciler.hosts import HOST_PORT, host_problem
 from reconciler.logs import error_line, flush_logs
 
@@ -308,6 +308,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     scope_sources(parser, args)
+    for option, folder in (("--tasks-dir", args.tasks_dir), ("--notifiers-dir", args.notifiers_dir)):
+        if folder is not None and not is_utf8(folder):  # every path shown, compared and stored below it is text
+            parser.error(f"{option} {as_bytes(folder)}: the path is not UTF-8 text; rename the folder")
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
     args.notifiers_required = bool(args.notifiers_dir)  # named: it must be there; the default one is optional
     args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")
