@@ -303,14 +303,25 @@ def resolve(handler: str) -> Handler:
     return function
 
 
+# The options that name a path: {as shown: attribute}.
+PATH_OPTIONS = {
+    "--tasks-dir": "tasks_dir",
+    "--notifiers-dir": "notifiers_dir",
+    "--out": "out",
+    "--out-dir": "out_dir",
+    "PLANFILE": "planfile",
+}
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, with the defaults that depend on other options filled in."""
     parser = build_parser()
     args = parser.parse_args(argv)
     scope_sources(parser, args)
-    for option, folder in (("--tasks-dir", args.tasks_dir), ("--notifiers-dir", args.notifiers_dir)):
-        if folder is not None and not is_utf8(folder):  # every path shown, compared and stored below it is text
-            parser.error(f"{option} {as_bytes(folder)}: the path is not UTF-8 text; rename the folder")
+    for option, name in PATH_OPTIONS.items():
+        path = getattr(args, name, None)
+        if path is not None and not is_utf8(path):  # every path shown, compared and stored below it is text
+            parser.error(f"{option} {as_bytes(path)}: the path is not UTF-8 text; rename it")
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
     args.notifiers_required = bool(args.notifiers_dir)  # named: it must be there; the default one is optional
     args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")

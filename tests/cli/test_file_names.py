@@ -65,12 +65,20 @@ def test_validate_names_each_file_and_folder_that_is_not_utf8(
     ]
 
 
-def test_a_tasks_dir_that_is_not_utf8_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("option", "args"),
+    [("--tasks-dir", ["validate"]), ("PLANFILE", ["apply", BAD]), ("--out-dir", ["export", "--out-dir", BAD])],
+)
+def test_a_path_option_that_is_not_utf8_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, args: list[str]
+) -> None:
     (tmp_path / BAD).mkdir()
+    tasks = tmp_path / (BAD if option == "--tasks-dir" else "tasks.d")
     with pytest.raises(SystemExit) as exited:
-        cli(capsys, None, tmp_path / BAD, "validate")
+        cli(capsys, None, tasks, *args)
     assert exited.value.code == 1
-    assert "--tasks-dir" in capsys.readouterr().err.splitlines()[-1]
+    shown = f"{tmp_path}/\\xff" if option == "--tasks-dir" else "\\xff"
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"{option} {shown}: the path is not UTF-8 text; rename it")
 
 
 def test_plan_and_apply_refuse_a_name_that_is_not_utf8_and_prune_nothing(
