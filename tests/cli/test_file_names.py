@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -120,9 +121,12 @@ def test_watch_and_up_report_a_name_that_is_not_utf8_and_keep_watching(dsn: str,
     assert "Traceback" not in "\n".join(errors.lines)
 
 
-def test_up_stops_with_a_one_line_error_when_its_watcher_dies(dsn: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_up_stops_with_a_one_line_error_when_its_watcher_dies(dsn: str, tmp_path: Path, log_format: str) -> None:
     tasks = project(tmp_path)
-    proc = reconciler("up", "--debounce-ms", "100", "--max-sleep", "1", cwd=tmp_path, dsn=dsn)
+    proc = reconciler(
+        "--log-format", log_format, "up", "--debounce-ms", "100", "--max-sleep", "1", cwd=tmp_path, dsn=dsn
+    )
     out, errors = Output(proc.stdout), Output(proc.stderr)
     try:
         assert wait_until(lambda: task_ids(dsn) == {"a", "b"}, 60), (out.lines, errors.lines)
@@ -137,5 +141,15 @@ def test_up_stops_with_a_one_line_error_when_its_watcher_dies(dsn: str, tmp_path
         out.join()
         errors.join()
     assert code == 1, errors.lines
-    assert errors.lines[-1].startswith("error: the file watcher stopped ("), errors.lines
-    assert "`up` stopped with it: restart it" in errors.lines[-1]
+    if log_format == "text":
+        last = errors.lines[-1]
+        assert last.startswith("error: the file watcher stopped ("), errors.lines
+    else:
+        events = [json.loads(line) for line in errors.lines]  # one JSON object per line, tracebacks included
+        [failed] = [e for e in events if e["message"] == "the file watcher failed"]
+        trace = failed["exception"].splitlines()  # the whole stack in one field, not its last line only
+        assert trace[0] == "Traceback (most recent call last):", trace
+        assert any(line.startswith("psycopg.errors.UndefinedTable") for line in trace), trace
+        assert any("watching.py" in frame for frame in trace), trace
+        last = events[-1]["message"]
+    assert "the file watcher stopped (" in last and "`up` stopped with it: restart it" in last
