@@ -13,7 +13,7 @@ from typing import Any, NoReturn, TypeVar
 
 from reconciler import __version__
 from reconciler.embedded import find_tasks_dir
-from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
+from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, as_bytes, is_utf8
 from reconciler.hosts import HOST_PORT, host_problem
 from reconciler.logs import error_line, flush_logs
 
@@ -309,11 +309,25 @@ def resolve(handler: str) -> Handler:
     return function
 
 
+# The options that name a path: {as shown: attribute}.
+PATH_OPTIONS = {
+    "--tasks-dir": "tasks_dir",
+    "--notifiers-dir": "notifiers_dir",
+    "--out": "out",
+    "--out-dir": "out_dir",
+    "PLANFILE": "planfile",
+}
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, with the defaults that depend on other options filled in."""
     parser = build_parser()
     args = parser.parse_args(argv)
     scope_sources(parser, args)
+    for option, name in PATH_OPTIONS.items():
+        path = getattr(args, name, None)
+        if path is not None and not is_utf8(path):  # every path shown, compared and stored below it is text
+            parser.error(f"{option} {as_bytes(path)}: the path is not UTF-8 text; rename it")
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
     args.notifiers_required = bool(args.notifiers_dir)  # named: it must be there; the default one is optional
     args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")

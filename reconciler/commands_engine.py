@@ -16,7 +16,7 @@ from reconciler.commands import err, log, need_tasks_dir, stop_on_signals, with_
 from reconciler.embedded import resolve_dsn
 from reconciler.engine import Engine, EngineConfig, back_off, default_engine_id
 from reconciler.environment import globs
-from reconciler.errors import EXIT_OK, DatabaseUnavailable
+from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
 from reconciler.logs import setup_logging
 from reconciler.store import Store
 from reconciler.targets import Outcome
@@ -124,6 +124,12 @@ def is_run_result(record: logging.LogRecord) -> bool:
     return isinstance(fields, dict) and "status" in fields
 
 
+def stop_if_failed(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Set `stop` when `task` died: a dead watcher would leave `up` firing what was applied while edits go unseen."""
+    if not task.cancelled() and task.exception() is not None:
+        stop.set()
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Apply, watch and fire in one process: the local development loop."""
     # Run lines go to stdout; logs only for warnings, unless machine-readable logs are asked for.
@@ -143,11 +149,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         watched = f"{args.tasks_dir} and {args.notifiers_dir}"
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
         watcher = asyncio.create_task(watch_files(store, args, stop))
+        watcher.add_done_callback(lambda task: stop_if_failed(task, stop))
         try:
             await run_engine(store, args, stop, engine)
         finally:
             stop.set()
-            await watcher
+            (failure,) = await asyncio.gather(watcher, return_exceptions=True)
+        if isinstance(failure, Exception):
+            if not isinstance(failure, OSError):  # not the system refusing a watch: a bug, whose stack is wanted
+                log.error("the file watcher failed", exc_info=failure)
+            raise UserError(f"the file watcher stopped ({one_line(failure)}); `up` stopped with it: restart it")
         print("reconciler up: stopped", flush=True)
         return EXIT_OK
 

@@ -86,8 +86,13 @@ class Deliverer:
                 await self.deliver_due()
             except DB_FAULTS:
                 pass  # the claim loop reports a database away
-            except Exception as exc:
-                log.warning("sending notifications failed (%s); next try in %g s", one_line(exc), NOTIFY_POLL_SECONDS)
+            except Exception as exc:  # not the database: a bug, logged with its stack
+                log.warning(
+                    "sending notifications failed (%s); next try in %g s",
+                    one_line(exc),
+                    NOTIFY_POLL_SECONDS,
+                    exc_info=True,
+                )
             waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._ended.wait())]
             try:
                 await asyncio.wait(waiters, timeout=NOTIFY_POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
@@ -170,7 +175,10 @@ class Deliverer:
             async with self.store.connection() as conn:
                 await Store.execute(conn, "notification_result", values)
         except Exception as exc:  # the lease ends, and another attempt sends it again (the same Idempotency-Key)
-            log.warning("notification %d: its outcome could not be recorded (%s)", row["id"], one_line(exc))
+            bug = not isinstance(exc, DB_FAULTS)  # the database away is one line; anything else is a bug
+            log.warning(
+                "notification %d: its outcome could not be recorded (%s)", row["id"], one_line(exc), exc_info=bug
+            )
             return
         for observer in self.observers:
             observer.notified(row["notifier"], row["event"], outcome)

@@ -137,7 +137,7 @@ class Engine:
                 claimed.task_id, claimed.spec, claimed.scheduled_for, progress, claimed.deadline, claimed.key
             )
         except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
-            log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__)
+            log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__, exc_info=True)
             outcome = Outcome("failed", [Attempt(1, error=f"engine error while firing: {type(exc).__name__}")])
         result = {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status}
         result["finished_at"] = self.clock.now()
@@ -233,8 +233,8 @@ class Engine:
                 await work()
             except DB_FAULTS:
                 pass
-            except Exception as exc:
-                log.warning("%s failed (%s); next try in %g s", what, one_line(exc), seconds)
+            except Exception as exc:  # not the database: a bug, logged with its stack
+                log.warning("%s failed (%s); next try in %g s", what, one_line(exc), seconds, exc_info=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=seconds)
 
@@ -411,7 +411,13 @@ class Engine:
                 if isinstance(exc, DB_FAULTS):
                     log.warning("database unavailable (%s); retrying in %.1f s", one_line(exc), backoff)
                 else:
-                    log.error("claim failed (%s: %s); retrying in %.1f s", type(exc).__name__, one_line(exc), backoff)
+                    log.error(
+                        "claim failed (%s: %s); retrying in %.1f s",
+                        type(exc).__name__,
+                        one_line(exc),
+                        backoff,
+                        exc_info=True,
+                    )
                 await self.store.recover()
                 if listener is not None:
                     with contextlib.suppress(Exception):

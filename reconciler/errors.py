@@ -10,6 +10,23 @@ def one_line(exc: BaseException, fallback: str | None = None) -> str:
     return text.splitlines()[0][:300] if text else fallback or type(exc).__name__
 
 
+def is_utf8(name: str) -> bool:
+    """Whether a name from the system (a file name, an argument) is UTF-8 text: Python hands over the
+    bytes of one that is not as lone surrogates, which cannot be encoded, printed strictly or stored."""
+    if name.isascii():
+        return True
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def as_bytes(name: str) -> str:
+    """A name with each byte that is not UTF-8 shown as `\\xff`: safe to print, and what `ls -b` shows."""
+    return name.encode(errors="surrogateescape").decode(errors="backslashreplace")
+
+
 class UserError(Exception):
     """A mistake the user can fix (bad input, unreachable database, stale plan)."""
 

@@ -340,6 +340,13 @@ def export_row(row: TaskRow, names: Placeholders) -> Exported:
 # ---------------------------------------------------------------- files
 
 
+# A file below a symlinked folder lands wherever the link points, and the loader would not read it back (it
+# follows no symlinked folder). A symlinked file is not written through either: see _write.
+THROUGH_SYMLINK = (
+    "is a symlink; export writes no file through one: remove it or choose another --out-dir (nothing was written)"
+)
+
+
 def _check_targets(out: Path, targets: list[Path], force: bool) -> None:
     """Refuse before anything is written: an existing file without --force, or a path that cannot be a file."""
     if os.path.lexists(out) and not out.is_dir():
@@ -347,6 +354,8 @@ def _check_targets(out: Path, targets: list[Path], force: bool) -> None:
     for target in targets:
         for parent in target.relative_to(out).parents:
             folder = out / parent
+            if parent.parts and folder.is_symlink():  # --out-dir itself may be one: the user named it
+                raise UserError(f"export: {printable(str(folder))} {THROUGH_SYMLINK}")
             if os.path.lexists(folder) and not folder.is_dir():
                 raise UserError(f"export: {printable(str(folder))} exists and is not a directory; nothing was written")
         if target.is_dir():

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import TypeAdapter, ValidationError
 
+from reconciler.errors import as_bytes, is_utf8
 from reconciler.models import TaskSpec, Trigger, did_you_mean, id_problem, suggestion, zone_problem
 from reconciler.triggers import Schedule, TriggerError, compile_schedule, never_fires, trigger_instants
 
@@ -57,10 +58,17 @@ class FileWarning(FileError):
 
 
 def printable(text: str) -> str:
-    """`text` with control and other unprintable characters escaped, so an error stays one line."""
+    """`text` with control and other unprintable characters escaped, so an error stays one line; a byte
+    of a name that is not UTF-8 (a lone surrogate, as Python reads one) shows as the byte, `\\xff`."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
+
+
+def _escaped(char: str) -> str:
+    if "\udc80" <= char <= "\udcff":
+        return as_bytes(char)
+    return char.encode("unicode_escape").decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +365,7 @@ def _link_problem(path: Path, root: Path, what: str) -> str | None:
     return None
 
 
+NAME_NOT_UTF8 = "the name is not UTF-8 text; rename it (ids, paths and the database are UTF-8)"
 DIRECTORY_NAMED_TOML = "is a directory, not a task file; rename it (the files in it are loaded)"
 
 
@@ -384,6 +393,9 @@ def scan(tasks_dir: Path, what: str = "the tasks directory") -> list[Entry]:
                 continue
             path = folder / name
             if _is_dir(item):
+                if not is_utf8(name):  # not walked: every file below would have the same problem
+                    entries.append(Entry(path, NAME_NOT_UTF8))
+                    continue
                 if item.is_symlink():  # reported, never walked, so no loop can recur
                     entries.append(Entry(path, _link_problem(path, root, what) or "is a symlink to a directory"))
                     continue
@@ -391,6 +403,9 @@ def scan(tasks_dir: Path, what: str = "the tasks directory") -> list[Entry]:
                     entries.append(Entry(path, DIRECTORY_NAMED_TOML))
                 folders.append(path)
             elif name.endswith(".toml"):
+                if not is_utf8(name):
+                    entries.append(Entry(path, NAME_NOT_UTF8))
+                    continue
                 entries.append(Entry(path, _link_problem(path, root, what) if item.is_symlink() else None))
     return sorted(entries, key=lambda entry: entry.path.parts)  # as paths sort, without a Path comparison per step
 

@@ -24,8 +24,12 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         data.update(getattr(record, "fields", {}) or {})
+        # The whole traceback in one field (its newlines escaped by JSON): the last line alone says what
+        # failed but not where, and a bug is logged for its stack.
         if record.exc_info:
-            data["exception"] = self.formatException(record.exc_info).splitlines()[-1]
+            data["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            data["stack"] = self.formatStack(record.stack_info)
         return json.dumps(data, default=str)
 
 

@@ -140,5 +140,5 @@ class Results:
             except DB_FAULTS:
                 await asyncio.sleep(0.5)
             except Exception as exc:  # a bug must not stop result writing for good
-                log.error("writing results failed: %s; retrying", one_line(exc))
+                log.error("writing results failed: %s; retrying", one_line(exc), exc_info=True)
                 await asyncio.sleep(0.5)

@@ -115,6 +115,11 @@ async def _apply_on_changes(
             except FileNotFoundError:
                 anew = True
                 continue
+            except Exception as exc:
+                if not _undecodable(exc):
+                    raise
+                anew = True  # that watcher ended; the next round applies, which reports the name
+                continue
             changed = True
             steps[asyncio.ensure_future(anext(watcher))] = watcher
         if anew or Path(args.notifiers_dir).is_dir() != had_notifiers:
@@ -122,3 +127,10 @@ async def _apply_on_changes(
         if changed:
             await apply_files(store, args)
     return False
+
+
+def _undecodable(exc: Exception) -> bool:
+    """Whether a watcher failed on a changed path that is not UTF-8, which watchfiles cannot name (its
+    error comes alone or, from its task group, in a group)."""
+    found = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)
+    return any(isinstance(one, RuntimeError) and "decode path" in str(one) for one in found)

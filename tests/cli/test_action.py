@@ -219,13 +219,37 @@ def test_each_source_keeps_its_own_comment(runner: Runner, dsn: str) -> None:
     ("command", "dsn", "error"),
     [
         ("plan", "", "input dsn is empty"),  # a pull request from a fork
-        ("destroy", "host=unused", "input command: expected plan or apply, got 'destroy'"),
+        ("destroy", "host=unused", "input command: expected plan or apply"),
     ],
 )
 def test_bad_inputs_fail_before_anything_runs(runner: Runner, command: str, dsn: str, error: str) -> None:
     run = runner.run(command, dsn)
     assert run.failed and run["prepare"].outcome == "failure" and f"::error title=reconciler::{error}" in run.log
     assert [item.key for item in run.steps if item.outcome != "skipped"] == ["prepare"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("source", "team\ndir=/tmp/elsewhere"),
+        ("command", "plan\n::add-mask::x"),
+        ("command", "plan\r\n::set-output name=dir::/tmp/elsewhere"),
+        ("tasks-dir", "tasks.d\n::stop-commands::t"),
+        ("options", "--no-prune\tx"),
+        ("revision", "v1\n::warning::x"),
+    ],
+)
+def test_an_input_with_a_control_character_is_refused_and_writes_no_output_line(
+    runner: Runner, dsn: str, name: str, value: str
+) -> None:
+    inputs = {"command": "plan", "dsn": dsn, name: value}
+    run = run_action(ACTION, inputs, runner.workspace, runner.temp, GITHUB, skip={"install"})
+    prepare = run["prepare"]
+    assert run.failed and prepare.outcome == "failure" and prepare.outputs == {}
+    error = f"::error title=reconciler::input {name} contains a control character (a newline, a tab…); remove it"
+    assert prepare.log.splitlines() == [error]  # one line, and the value is not in it
+    assert [item.key for item in run.steps if item.outcome != "skipped"] == ["prepare"]
+    assert run.outputs["exit-code"] == "" and run.outputs["comment-file"] == ""
 
 
 def test_the_dsn_never_shows_in_logs_outputs_or_files(runner: Runner, dsn: str) -> None:

@@ -302,6 +302,28 @@ def test_export_force_overwrites_and_replaces_a_symlink_without_following_it(
     assert code == 0 and "No changes." in out
 
 
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("link", ["billing", "billing/eu"])
+def test_export_refuses_to_write_through_a_symlinked_folder_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path, force: bool, link: str
+) -> None:
+    tasks = tmp_path / "tasks.d"
+    write(tasks, {"a": cron_task("http://127.0.0.1:9/a"), "billing/eu/invoices": cron_task("http://127.0.0.1:9/i")})
+    apply(capsys, dsn, tasks)
+    out_dir, outside = tmp_path / "out", tmp_path / "elsewhere"
+    outside.mkdir()
+    (out_dir / link).parent.mkdir(parents=True)
+    os.symlink(outside, out_dir / link)  # billing/ -> elsewhere/, or billing/eu/ -> elsewhere/
+    before = listing(out_dir)
+    code, out, err = cli(capsys, dsn, "export", "--out-dir", str(out_dir), *(["--force"] if force else []))
+    assert code == 1 and out == ""
+    assert err == (
+        f"error: export: {out_dir / link} is a symlink; export writes no file through one: "
+        "remove it or choose another --out-dir (nothing was written)\n"
+    )
+    assert listing(outside) == {} and listing(out_dir) == before  # a.toml, before it in order, was not written
+
+
 def test_export_defaults_to_a_new_directory_never_tasks_d(
     capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import sys
 import threading
 
-from reconciler.logs import TextFormatter, TurnHandler
+from reconciler.logs import JsonFormatter, TextFormatter, TurnHandler
 
 
 class CountingStream(io.StringIO):
@@ -123,3 +124,27 @@ def test_the_text_format_is_loggings_own_line_for_plain_records_and_records_with
         assert ours.format(record) == reference.format(record)
     assert ours.format(plain).endswith(" INFO reconciler.engine: run a/b: 3 ms")
     assert ours.format(failed).endswith("ValueError: boom")
+
+
+def test_a_json_line_holds_the_whole_traceback_in_one_field() -> None:
+    stream = CountingStream()
+    handler = TurnHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("test.json.traceback")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+
+    def inner() -> None:
+        raise ValueError("boom\nsecond line")
+
+    try:
+        inner()
+    except ValueError:
+        logger.exception("run %s failed inside the engine", "a/b")
+    [line] = stream.getvalue().splitlines()
+    event = json.loads(line)
+    assert event["message"] == "run a/b failed inside the engine"
+    trace = event["exception"].splitlines()
+    assert trace[0] == "Traceback (most recent call last):"
+    assert any("in inner" in frame for frame in trace)  # where it failed, not only what
+    assert trace[-2:] == ["ValueError: boom", "second line"]
