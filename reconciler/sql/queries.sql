@@ -150,6 +150,16 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
 SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
  WHERE last_seen >= %(since)s ORDER BY engine_id;
 
+-- name: read_limits
+-- A read command's lock_timeout and statement_timeout for its transaction (SET LOCAL): the
+-- defaults given where the setting is 0 (none from the server, the role or the connection); the
+-- values in force, in ms (pg_settings' unit for both).
+SELECT s.name, set_config(s.name, CASE WHEN s.setting = '0' THEN d.ms ELSE s.setting END, true) AS value,
+       (CASE WHEN s.setting = '0' THEN d.ms ELSE s.setting END)::float8 AS ms
+  FROM pg_settings s
+  JOIN (VALUES ('lock_timeout', %(lock_ms)s::text), ('statement_timeout', %(statement_ms)s::text)) AS d(name, ms)
+    ON d.name = s.name;
+
 -- ============================================================== engine
 
 -- name: claim_due
