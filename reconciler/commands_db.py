@@ -59,7 +59,7 @@ def _local(moment: datetime | None, zone: str, machine: bool = False) -> str | N
 
 def cmd_status(args: argparse.Namespace) -> int:
     async def work(store: Store) -> tuple[list[Row], list[Row], list[Row]]:
-        async with store.connection() as conn:
+        async with store.reading() as conn:
             rows = await Store.fetch(conn, "status_rows")
             engines = await Store.fetch(conn, "engines_live", {"seconds": float(ENGINE_LIVE_SECONDS)})
             live = await Store.fetch(conn, "applies_live_sources")
@@ -114,7 +114,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     """The applies, newest first (only those that changed ID, when given)."""
 
     async def work(store: Store) -> list[Row]:
-        async with store.connection() as conn:
+        async with store.reading() as conn:
             params = {"source": None, "task_id": args.id, "limit": args.limit}
             return await Store.fetch(conn, "applies_list", params)
 
@@ -221,7 +221,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     at = parse_instant(args.at, "--at") if args.at else now
 
     async def work(store: Store) -> list[str]:
-        async with store.connection() as conn:
+        async with store.reading() as conn:
             found = await Store.fetch(conn, "task_get", {"id": args.id})
             if not found:
                 raise UserError(
@@ -295,7 +295,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     """Run history, newest first; an id that names no task and no recorded run is an error."""
 
     async def work(store: Store) -> tuple[list[Row], bool]:
-        async with store.connection() as conn:
+        async with store.reading() as conn:
             rows, known = await listing(conn, "runs_list", args.id, args.status, args.limit)
             return await with_notifications(conn, rows), known
 
@@ -334,7 +334,7 @@ def cmd_notifications(args: argparse.Namespace) -> int:
     """The notification outbox, newest first: what was sent for which task, and how its delivery went."""
 
     async def work(store: Store) -> tuple[list[Row], bool]:
-        async with store.connection() as conn:
+        async with store.reading() as conn:
             return await listing(conn, "notifications_list", args.task, args.status, args.limit)
 
     found, known = with_store(args, work)

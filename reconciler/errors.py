@@ -35,5 +35,12 @@ class DatabaseUnavailable(UserError):
     """PostgreSQL cannot be reached or refused the connection."""
 
 
+class StatementCancelled(DatabaseUnavailable):
+    """The server cancelled a statement: it ran past statement_timeout or waited past lock_timeout.
+
+    A DatabaseUnavailable, so whatever retries or backs off from an unreachable database (the engine's
+    loops) does so from these too; only the message differs, for the person reading it."""
+
+
 class PermissionDenied(UserError):
     """The database role lacks a privilege the command needs (see `reconciler db grants`)."""

@@ -1,8 +1,9 @@
 """The only module that talks to PostgreSQL. Named queries live in sql/queries.sql.
 
 psycopg errors that mean "the database is not there" become DatabaseUnavailable here,
-at one boundary, and a missing privilege becomes PermissionDenied naming what to grant;
-everything else is a bug and propagates.
+at one boundary, a statement the server cancelled (a timeout) StatementCancelled saying which
+timeout, and a missing privilege PermissionDenied naming what to grant; everything else is a
+bug and propagates.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler import schema
-from reconciler.errors import DatabaseUnavailable, PermissionDenied, one_line
+from reconciler.errors import DatabaseUnavailable, PermissionDenied, StatementCancelled, one_line
 
 QUERIES_FILE = Path(__file__).parent / "sql" / "queries.sql"
 # pg_advisory_xact_lock key shared by every apply (and schema upgrade): "reconc" in ASCII.
@@ -35,6 +36,9 @@ APPLY_LOCK_KEY = 0x7265636F6E63
 NOTIFY_CHANNEL = "scheduler_tasks"
 # A pooled connection that completed a statement this recently is not checked on checkout (see _check).
 FRESH_SECONDS = 1.0
+# A read command's bounds (see Store.reading), where the server, the role and the connection set none.
+READ_LOCK_SECONDS = 5.0
+READ_STATEMENT_SECONDS = 30.0
 
 Row = dict[str, Any]
 Conn = AsyncConnection[Row]
@@ -124,13 +128,40 @@ def _denied(exc: psycopg.errors.InsufficientPrivilege, user: str, query: str | N
     return PermissionDenied(f"{reason}: {needs}{where}; {GRANTS_HINT}")
 
 
+# The bounds (ms, by setting name) in force in a read transaction (Store.reading), for its messages.
+_READ_LIMITS: weakref.WeakKeyDictionary[Conn, dict[str, float]] = weakref.WeakKeyDictionary()
+TIMEOUT_HINT = "retry, or allow it longer (PGOPTIONS='-c statement_timeout=120s')"
+
+
+def _cancelled(exc: psycopg.OperationalError, conn: Conn, query: str | None) -> StatementCancelled:
+    """One line for a statement the server cancelled: which timeout, after how long (when a read
+    transaction set it), and on which tables a lock was awaited (those the named queries touch)."""
+    limits = _READ_LIMITS.get(conn, {})
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        statements = "\n".join(QUERIES.get(name, "") for name in (query or "").split(", "))
+        tables = " or ".join(dict.fromkeys(f"{m[2]}.{m[3]}" for m in _TOUCHES.finditer(statements))) or "a table"
+        waited = f" for {limits['lock_timeout'] / 1000:g} s" if "lock_timeout" in limits else ""
+        return StatementCancelled(
+            f"waiting for a lock on {tables}{waited} (lock_timeout): another session holds it (a schema change, "
+            "LOCK TABLE or VACUUM FULL: see pg_locks and pg_stat_activity); retry once it is done"
+        )
+    which = f"query {query}" if query else "a query"
+    if "statement timeout" not in str(exc):  # pg_cancel_backend, or a cancel from this process
+        return StatementCancelled(f"{which} was cancelled by the server: {one_line(exc)}; retry")
+    after = f" after {limits['statement_timeout'] / 1000:g} s" if "statement_timeout" in limits else ""
+    return StatementCancelled(f"{which} timed out{after} (statement_timeout): the database is busy; {TIMEOUT_HINT}")
+
+
 @contextlib.contextmanager
 def _privileges(conn: Conn, query: str) -> Iterator[None]:
-    """Turn a refused named query into PermissionDenied naming what it needs."""
+    """Turn a refused named query into PermissionDenied naming what it needs, and a cancelled one
+    into StatementCancelled naming it."""
     try:
         yield
     except psycopg.errors.InsufficientPrivilege as exc:
         raise _denied(exc, conn.info.user, query) from None
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+        raise _cancelled(exc, conn, query) from None
 
 
 @dataclass(frozen=True)
@@ -226,6 +257,8 @@ class Store:
                     yield conn
                 except psycopg.errors.InsufficientPrivilege as exc:
                     raise _denied(exc, conn.info.user) from None
+                except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:  # not named
+                    raise _cancelled(exc, conn, None) from None
                 self._used[conn] = time.monotonic()
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise _unavailable(self.dsn, exc) from None
@@ -235,6 +268,21 @@ class Store:
         """One transaction: committed on success, rolled back on any exception."""
         async with self.connection() as conn, conn.transaction():
             yield conn
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[Conn]:
+        """A transaction for a read command, bounded: a lock wait of at most READ_LOCK_SECONDS and a
+        statement of at most READ_STATEMENT_SECONDS, unless the server, the role or the connection
+        (PGOPTIONS) set their own, which stand; so `status` behind a migration's lock says so in
+        seconds instead of hanging for minutes."""
+        async with self.transaction() as conn:
+            defaults = {"lock": READ_LOCK_SECONDS * 1000, "statement": READ_STATEMENT_SECONDS * 1000}
+            rows = await self.fetch(conn, "read_limits", {f"{k}_ms": str(round(v)) for k, v in defaults.items()})
+            _READ_LIMITS[conn] = {row["name"]: row["ms"] for row in rows}
+            try:
+                yield conn
+            finally:
+                _READ_LIMITS.pop(conn, None)
 
     @asynccontextmanager
     async def pipelined_transaction(self) -> AsyncIterator[Conn]:

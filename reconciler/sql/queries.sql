@@ -132,6 +132,10 @@ SELECT id, source, revision, author, message, reference, applied_at, counts, pla
 SELECT pg_notify('scheduler_tasks', %(payload)s);
 
 -- name: status_rows
+-- The newest run of each task, by task_id = ANY(ARRAY[t.id]) ORDER BY task_id, id: with an
+-- equality the planner may walk runs_pkey backwards instead (newest first, cheap while every
+-- task has recent runs), and then a task without one reads the whole table; this order only the
+-- (task_id, id) indexes give, so each task costs one index descent (README, "Performance").
 SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
        t.xmin::text AS version,
        CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
@@ -139,13 +143,23 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
   FROM scheduler.tasks t
   LEFT JOIN LATERAL (
         SELECT status, scheduled_for, finished_at FROM scheduler.runs
-         WHERE task_id = t.id ORDER BY id DESC LIMIT 1) r ON true
+         WHERE task_id = ANY(ARRAY[t.id]) ORDER BY task_id DESC, id DESC LIMIT 1) r ON true
  ORDER BY t.id;
 
 -- name: engines_live
 -- Engines whose last heartbeat is at most %(seconds)s old, by the database's clock (heartbeats are written by it).
 SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
  WHERE last_seen >= now() - make_interval(secs => %(seconds)s) ORDER BY engine_id;
+
+-- name: read_limits
+-- A read command's lock_timeout and statement_timeout for its transaction (SET LOCAL): the
+-- defaults given where the setting is 0 (none from the server, the role or the connection); the
+-- values in force, in ms (pg_settings' unit for both).
+SELECT s.name, set_config(s.name, CASE WHEN s.setting = '0' THEN d.ms ELSE s.setting END, true) AS value,
+       (CASE WHEN s.setting = '0' THEN d.ms ELSE s.setting END)::float8 AS ms
+  FROM pg_settings s
+  JOIN (VALUES ('lock_timeout', %(lock_ms)s::text), ('statement_timeout', %(statement_ms)s::text)) AS d(name, ms)
+    ON d.name = s.name;
 
 -- ============================================================== engine
 
@@ -324,13 +338,21 @@ VALUES (%(task_id)s, COALESCE(%(now)s::timestamptz, now()), 'manual', 'queued', 
 RETURNING id;
 
 -- name: runs_list
-SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-       http_status, error, duration_ms, response_excerpt
-  FROM scheduler.runs
- WHERE (%(task_id)s::text IS NULL OR task_id = %(task_id)s)
-   AND (%(status)s::text IS NULL OR status = %(status)s)
- ORDER BY id DESC
- LIMIT %(limit)s;
+-- Every task's runs, or one task's through its (task_id, id) index (the order only that index
+-- gives, as in status_rows): the branch whose task_id does not apply is planned away.
+SELECT * FROM (
+    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
+            http_status, error, duration_ms, response_excerpt
+       FROM scheduler.runs
+      WHERE %(task_id)s::text IS NULL AND (%(status)s::text IS NULL OR status = %(status)s)
+      ORDER BY id DESC LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
+            http_status, error, duration_ms, response_excerpt
+       FROM scheduler.runs
+      WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(status)s::text IS NULL OR status = %(status)s)
+      ORDER BY task_id DESC, id DESC LIMIT %(limit)s)) AS listed
+ ORDER BY id DESC;
 
 -- name: due_backlog
 SELECT count(*) AS due FROM scheduler.tasks
@@ -339,14 +361,21 @@ SELECT count(*) AS due FROM scheduler.tasks
 
 -- name: task_health
 -- Per enabled task, for the metrics: its next run, its last success, and whether its last
--- finished run (not counting skipped ones) failed or was lost. Two index lookups per task.
-SELECT t.id, t.next_run_at,
-       (SELECT r.finished_at FROM scheduler.runs r
-         WHERE r.task_id = t.id AND r.status = 'succeeded' ORDER BY r.id DESC LIMIT 1) AS last_success,
-       (SELECT r.status IN ('failed', 'lost') FROM scheduler.runs r
-         WHERE r.task_id = t.id AND r.status IN ('succeeded', 'failed', 'lost', 'missed')
-         ORDER BY r.id DESC LIMIT 1) AS failing
+-- finished run (not counting skipped ones) failed or was lost: the newer of its newest success
+-- (runs_task_success_idx) and its newest failed, lost or missed run (runs_task_unsuccessful_idx).
+-- Two index descents per task, in the order only those indexes give (see status_rows).
+SELECT t.id, t.next_run_at, s.finished_at AS last_success,
+       CASE WHEN u.id > COALESCE(s.id, 0) THEN u.status IN ('failed', 'lost')
+            WHEN s.id IS NOT NULL THEN false END AS failing
   FROM scheduler.tasks t
+  LEFT JOIN LATERAL (
+        SELECT id, finished_at FROM scheduler.runs
+         WHERE task_id = ANY(ARRAY[t.id]) AND status = 'succeeded'
+         ORDER BY task_id DESC, id DESC LIMIT 1) s ON true
+  LEFT JOIN LATERAL (
+        SELECT id, status FROM scheduler.runs
+         WHERE task_id = ANY(ARRAY[t.id]) AND status IN ('failed', 'lost', 'missed')
+         ORDER BY task_id DESC, id DESC LIMIT 1) u ON true
  WHERE t.enabled AND (cardinality(%(sources)s::text[]) = 0 OR t.source = ANY(%(sources)s::text[]))
  ORDER BY t.id
  LIMIT %(limit)s;
@@ -450,11 +479,14 @@ UPDATE scheduler.notifications
 -- name: tasks_late
 -- The dead-man's switch: occurrences still unclaimed late_after_seconds (default the misfire grace,
 -- at least LATE_FLOOR_SECONDS) after they were due, of tasks with `late` subscribers, not yet notified.
+-- Reads tasks_late_idx: only the tasks with `late` subscribers that are due (every threshold is
+-- positive, so a late occurrence is due), not every task.
 SELECT t.id, t.next_run_at, t.spec -> 'notify' -> 'late' AS late, COALESCE(%(now)s::timestamptz, now()) AS now
   FROM scheduler.tasks t
- WHERE t.enabled AND t.next_run_at IS NOT NULL
-   AND jsonb_typeof(t.spec -> 'notify' -> 'late') = 'array' AND jsonb_array_length(t.spec -> 'notify' -> 'late') > 0
-   AND t.next_run_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => COALESCE((t.spec -> 'notify' ->> 'late_after_seconds')::float8,
+ WHERE t.enabled AND t.next_run_at IS NOT NULL AND jsonb_typeof(t.spec -> 'notify' -> 'late') = 'array'
+   AND t.next_run_at < COALESCE(%(now)s::timestamptz, now()) AND jsonb_array_length(t.spec -> 'notify' -> 'late') > 0
+   AND t.next_run_at < COALESCE(%(now)s::timestamptz, now())
+                       - make_interval(secs => COALESCE((t.spec -> 'notify' ->> 'late_after_seconds')::float8,
                                                                 GREATEST((t.spec -> 'policy' ->> 'misfire_grace_seconds')::float8,
                                                                          %(floor)s)))
    AND NOT EXISTS (SELECT 1 FROM scheduler.notifications n
@@ -499,11 +531,17 @@ DELETE FROM scheduler.notifications WHERE id IN (
        FOR UPDATE SKIP LOCKED);
 
 -- name: runs_between
--- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi].
+-- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi]. Two parts, so
+-- each reads its index (runs_occurrence_uniq, runs_manual_idx) rather than all of the task's runs.
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
        response_excerpt
   FROM scheduler.runs
- WHERE task_id = %(task_id)s AND scheduled_for BETWEEN %(lo)s AND %(hi)s
+ WHERE task_id = %(task_id)s AND kind <> 'manual' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
+UNION ALL
+SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
+       response_excerpt
+  FROM scheduler.runs
+ WHERE task_id = %(task_id)s AND kind = 'manual' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
  ORDER BY scheduled_for, id;
 
 -- notifications: metrics
