@@ -1,5 +1,5 @@
-"""The verdict on a plan, and its execution: one transaction under pg_advisory_xact_lock,
-one row in scheduler.applies, one NOTIFY on commit.
+"""The verdict on a plan, and its execution: one transaction under pg_advisory_xact_lock and,
+unless nothing changes, one row in scheduler.applies and one NOTIFY on commit.
 
 `plan` and `apply` reach their verdict through the same function (`judge`), so a plan that
 passes is one that `apply` with the same options carries out.
@@ -217,6 +217,10 @@ async def apply_tasks(
         judge(plan, rows, await live_revision(conn, source), options)
         if plan.refused:
             raise PlanRefused("; ".join(plan.refused))
+        if not plan.has_changes:
+            # Not even the audit row: `watch` and `up` apply on every save, and a row per save would
+            # bury the applies that changed something (and bump the live revision to a no-op's).
+            return ApplyResult(plan, 0)
         writes = [c for c in plan.changes if c.writes]
         await write_notifiers(conn, plan.notifiers, source)
         await write_changes(conn, writes, source, now, options.revision.revision)
@@ -225,8 +229,8 @@ async def apply_tasks(
         await record_apply(conn, plan, now, options.revision)
         if writes:
             # Unchanged rows without their file's digest (an older reconciler wrote them, or the
-            # parser changed) get it only from an apply that writes anyway: a no-op apply changes no
-            # row (xmin), so the plans saved before it stay valid, and it notifies nothing.
+            # parser changed) get it only from an apply that writes tasks anyway: one that changes only
+            # notifiers leaves every task row (its xmin) as it was.
             await seal_unchanged(conn, plan.changes)
             ids = [c.id for c in writes]
             payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}

@@ -237,14 +237,22 @@ async def test_one_notify_per_apply_and_none_for_noop(store: Store, dsn: str, tm
         await listener.close()
 
 
+def applies(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM scheduler.applies").fetchone()
+    return int(row[0]) if row else 0
+
+
 async def test_noop_apply_writes_nothing(store: Store, dsn: str, tmp_path: Path) -> None:
     tasks = load(tmp_path, {"a": task_file()})
     await apply_tasks(store, tasks, "default", NOW)
     with psycopg.connect(dsn) as conn:
         before = conn.execute("SELECT xmin::text, updated_at FROM scheduler.tasks").fetchall()
+    assert applies(dsn) == 1
     await apply_tasks(store, tasks, "default", NOW + timedelta(hours=1))
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT xmin::text, updated_at FROM scheduler.tasks").fetchall() == before
+    assert applies(dsn) == 1  # not even the audit row
 
 
 def _lock_waiters(dsn: str) -> int:
