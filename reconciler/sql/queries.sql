@@ -39,6 +39,15 @@ ON CONFLICT (source, name) DO UPDATE SET spec = EXCLUDED.spec, spec_hash = EXCLU
 -- name: notifier_delete
 DELETE FROM scheduler.notifiers WHERE source = %(source)s AND name = %(name)s;
 
+-- name: notifications_end_deleted
+-- With notifier_delete: its pending events end now, not at their next attempt (Retry-After may be an
+-- hour away). A send in flight has its outcome dropped (notification_result wants 'pending').
+UPDATE scheduler.notifications
+   SET status = 'failed', next_attempt_at = now(),
+       error = 'notifier ' || quote_literal(%(name)s::text) || ' is no longer in notifiers.d of source '
+               || quote_literal(%(source)s::text) || ': deleted by an apply; not sent (add it back for later events)'
+ WHERE source = %(source)s AND notifier = %(name)s AND status = 'pending';
+
 -- name: task_insert
 INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
                              created_at, updated_at, revision, file_digest)
