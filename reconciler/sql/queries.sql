@@ -73,12 +73,26 @@ SELECT id, source, spec, spec_hash, md5(spec::text), enabled, timezone, next_run
   FROM tasks_new;
 
 -- name: task_update
+-- keep_next: the schedule did not change, so next_run_at stays as the row has it when this UPDATE
+-- gets its lock (an engine's claim may have advanced it since the plan read it).
 UPDATE scheduler.tasks
    SET id = %(id)s, spec = %(spec)s::jsonb, spec_hash = %(spec_hash)s, spec_digest = md5((%(spec)s)::jsonb::text),
        enabled = %(enabled)s, timezone = %(timezone)s,
-       next_run_at = %(next_run_at)s, updated_at = %(now)s, revision = %(revision)s,
+       next_run_at = CASE WHEN %(keep_next)s THEN next_run_at ELSE %(next_run_at)s::timestamptz END,
+       updated_at = %(now)s, revision = %(revision)s,
        file_digest = md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text)
  WHERE id = %(old_id)s;
+
+-- name: tasks_lock
+-- The rows an apply retimes, locked before it reads the clock (see apply.lock_retimed).
+SELECT count(*) AS locked FROM (
+    SELECT id FROM scheduler.tasks WHERE id = ANY(%(ids)s::text[]) ORDER BY id FOR UPDATE
+) AS retimed;
+
+-- name: apply_clock
+-- The database's clock, not now(): the transaction began before it waited for the apply lock and
+-- the row locks, and a retime is from when the apply may write.
+SELECT clock_timestamp() AS now;
 
 -- name: tasks_unchanged
 -- What the files with these digests ({id: digest}) parsed to when applied, for the rows whose
