@@ -12,7 +12,25 @@ SELECT c.relname AS table_name, a.attname AS column_name
  WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped;
 
 -- name: catalog_indexes
-SELECT indexname FROM pg_indexes WHERE schemaname = %(schema)s;
+-- Each index's shape, to compare with its declaration: key columns in order (an expression is ''),
+-- uniqueness, access method and predicate as PostgreSQL writes it back.
+SELECT c.relname AS indexname, t.relname AS table_name, i.indisunique AS is_unique, am.amname = 'btree' AS btree,
+       ARRAY(SELECT coalesce(a.attname, '')
+               FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+               LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+              ORDER BY k.n) AS columns,
+       pg_get_expr(i.indpred, i.indrelid) AS predicate
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+  JOIN pg_class t ON t.oid = i.indrelid
+  JOIN pg_am am ON am.oid = c.relam
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = %(schema)s;
+
+-- name: catalog_checks
+SELECT c.conname, pg_get_constraintdef(c.oid) AS definition
+  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+ WHERE n.nspname = %(schema)s AND c.contype = 'c';
 
 -- name: catalog_schema
 SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
