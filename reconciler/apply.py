@@ -1,5 +1,5 @@
-"""The verdict on a plan, and its execution: one transaction under pg_advisory_xact_lock,
-one row in scheduler.applies, one NOTIFY on commit.
+"""The verdict on a plan, and its execution: one transaction under pg_advisory_xact_lock and,
+unless nothing changes, one row in scheduler.applies and one NOTIFY on commit.
 
 `plan` and `apply` reach their verdict through the same function (`judge`), so a plan that
 passes is one that `apply` with the same options carries out.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,15 +105,19 @@ def _row_values(task: Task, next_run_at: datetime | None, now: datetime) -> dict
     }
 
 
+def keeps_next_run(change: Change) -> bool:
+    """An update or move that leaves the schedule (and the enabled state) as it was: its row keeps the
+    next_run_at it has when written, which an engine may have advanced since the plan read it."""
+    return change.row is not None and change.task is not None and change.task.enabled and not change.retime
+
+
 def next_run_for(change: Change, now: datetime) -> datetime | None:
-    """Keep next_run_at unless the schedule moved (or the task was re-enabled); NULL while disabled."""
+    """A created or retimed task's next run from `now`; NULL while disabled (unused when the row keeps its own)."""
     task = change.task
     assert task is not None
-    if not task.enabled:
+    if not task.enabled or keeps_next_run(change):
         return None
-    if change.retime or change.row is None:
-        return task.schedule.next_fire_time(now)
-    return change.row.next_run_at
+    return task.schedule.next_fire_time(now)
 
 
 def statements_for(change: Change, source: str, now: datetime) -> list[tuple[str, dict[str, Any]]]:
@@ -125,7 +129,7 @@ def statements_for(change: Change, source: str, now: datetime) -> list[tuple[str
     if change.op == "create":
         return [("task_insert", {**values, "source": source})]
     assert change.row is not None
-    out = [("task_update", {**values, "old_id": change.row.id})]
+    out = [("task_update", {**values, "old_id": change.row.id, "keep_next": keeps_next_run(change)})]
     if change.op == "move":
         ids = {"id": change.id, "old_id": change.row.id}
         out += [("runs_move", ids), ("leases_move", ids)]
@@ -198,26 +202,51 @@ class ApplyResult:
     written: int
 
 
+async def database_now(conn: Conn) -> datetime:
+    now: datetime = (await Store.fetch(conn, "apply_clock"))[0]["now"]
+    return now.astimezone(UTC)
+
+
+async def lock_retimed(conn: Conn, writes: list[Change]) -> None:
+    """Lock the rows whose next_run_at this apply computes, so that an engine's claim of one
+    (which locks and advances it) commits first, and the retime comes after it."""
+    ids = sorted(c.row.id for c in writes if c.row is not None and c.task is not None and c.task.enabled and c.retime)
+    if ids:
+        await Store.execute(conn, "tasks_lock", {"ids": ids})
+
+
 async def apply_tasks(
     store: Store,
     tasks: list[Task],
     source: str,
-    now: datetime,
+    now: datetime | None = None,
     options: ApplyOptions = ApplyOptions(),
     notifiers: Notifiers | None = None,
 ) -> ApplyResult:
     """Plan against the locked current state and write the diff in one transaction (the source's
-    notifiers too, unless `notifiers` is None: then they are left as they are)."""
+    notifiers too, unless `notifiers` is None: then they are left as they are).
+
+    `now` is the database's clock unless given (tests and replays): engines on other machines
+    advance the same rows, so the applying machine's clock must not decide what "from now" is."""
     async with store.transaction() as conn:
         await Store.lock_apply(conn)
         rows = await Store.tasks(conn)
-        plan = make_plan(tasks, rows, source, now, prune=options.prune)
+        plan = make_plan(tasks, rows, source, now or await database_now(conn), prune=options.prune)
         if notifiers is not None:
             attach_notifiers(plan, notifiers, await notifier_rows(conn), tasks, rows)
         judge(plan, rows, await live_revision(conn, source), options)
         if plan.refused:
             raise PlanRefused("; ".join(plan.refused))
+        if not plan.has_changes:
+            # Not even the audit row: `watch` and `up` apply on every save, and a row per save would
+            # bury the applies that changed something (and bump the live revision to a no-op's).
+            return ApplyResult(plan, 0)
         writes = [c for c in plan.changes if c.writes]
+        await lock_retimed(conn, writes)
+        if now is None:  # read after the row locks: a claim that held one committed before this instant
+            now = await database_now(conn)
+            for change in writes:
+                change.preview_from = now if change.preview_from else None
         await write_notifiers(conn, plan.notifiers, source)
         await write_changes(conn, writes, source, now, options.revision.revision)
         if resets := state_resets(writes):
@@ -225,8 +254,8 @@ async def apply_tasks(
         await record_apply(conn, plan, now, options.revision)
         if writes:
             # Unchanged rows without their file's digest (an older reconciler wrote them, or the
-            # parser changed) get it only from an apply that writes anyway: a no-op apply changes no
-            # row (xmin), so the plans saved before it stay valid, and it notifies nothing.
+            # parser changed) get it only from an apply that writes tasks anyway: one that changes only
+            # notifiers leaves every task row (its xmin) as it was.
             await seal_unchanged(conn, plan.changes)
             ids = [c.id for c in writes]
             payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}

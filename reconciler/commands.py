@@ -242,7 +242,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
         # Only apply records a revision; plan needs none, so it runs no `git log`.
         options = replace(verdict_options(args, saved), revision=detect(Path(args.tasks_dir), args.revision))
-        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options, loaded.notifiers)
+        result = await apply_tasks(store, loaded.tasks, args.source, None, options, loaded.notifiers)
         print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, args.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK

@@ -35,7 +35,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "engines": ("SELECT",),
         "applies": ("SELECT", "INSERT"),
         "notifiers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-        "notifications": ("SELECT",),
+        # a deleted notifier's pending events end in the apply that deletes it
+        "notifications": ("SELECT", "UPDATE(status, next_attempt_at, error)"),
         # a task deleted, or its failure/recovery/lost subscribers changed, starts its failing state afresh
         "notify_state": ("SELECT", "DELETE"),
     },

@@ -75,10 +75,11 @@ def attach_notifiers(
 
 
 async def write_notifiers(conn: Conn, changes: list[NotifierChange], source: str) -> None:
-    """The notifier changes of a plan, in apply's transaction."""
+    """The notifier changes of a plan, in apply's transaction; a deleted notifier's pending events end with it."""
     for change in changes:
         if change.op == "delete":
             await Store.execute(conn, "notifier_delete", {"source": source, "name": change.name})
+            await Store.execute(conn, "notifications_end_deleted", {"source": source, "name": change.name})
         else:
             assert change.notifier is not None
             params = {

@@ -1,6 +1,7 @@
-"""schemata.toml → the DDL that creates what is missing (pure; store.py executes it).
+"""schemata.toml → the DDL that creates what is missing, and replaces a declared index or CHECK
+whose definition changed (pure; store.py executes it).
 
-Only missing objects get a statement, so a second run issues none and takes no locks
+Only missing or changed objects get a statement, so a second run issues none and takes no locks
 (ALTER TABLE takes an exclusive lock even when the column exists).
 """
 
@@ -73,12 +74,82 @@ def load_schemata(path: Path = SCHEMATA) -> Schemata:
 
 
 @dataclass(frozen=True)
+class IndexShape:
+    """A catalog index as schemata.toml describes one."""
+
+    table: str
+    columns: list[str]  # an expression column shows as ""
+    unique: bool
+    btree: bool
+    where: str | None
+
+
+@dataclass(frozen=True)
 class Existing:
     """What the catalog already holds."""
 
     schema: bool
     columns: dict[str, set[str]]  # table → column names
     indexes: set[str]
+    shapes: dict[str, IndexShape] = field(default_factory=dict)  # index name → its shape
+    checks: dict[str, str] = field(default_factory=dict)  # CHECK constraint name → its expression
+    # (declared, catalog) expressions that PostgreSQL parses alike, though their texts differ
+    same: frozenset[tuple[str, str]] = frozenset()
+
+
+def check_name(table: str, column: Column) -> str:
+    """The name PostgreSQL gives a column's CHECK (and the initializer, when it replaces one)."""
+    return f"{table}_{column.name}_check"
+
+
+def check_expression(definition: str) -> str:
+    """pg_get_constraintdef's `CHECK ((expr))` (perhaps `NOT VALID`) → `(expr)`."""
+    return definition.removeprefix("CHECK ").removesuffix(" NOT VALID")
+
+
+def expression_pairs(decl: Schemata, have: Existing) -> dict[str, set[tuple[str, str]]]:
+    """Per table, the (declared, catalog) expressions of existing CHECKs and index predicates whose
+    texts differ: PostgreSQL writes them back its own way (`IN` as `= ANY (ARRAY[…])`, casts, parentheses)."""
+    out: dict[str, set[tuple[str, str]]] = {}
+    for table in decl.tables:
+        pairs = [
+            (c.check, have.checks[check_name(table.name, c)])
+            for c in table.columns
+            if c.check is not None and check_name(table.name, c) in have.checks
+        ]
+        for index in table.indexes:
+            shape = have.shapes.get(index.name)
+            if shape is not None and index.where is not None and shape.where is not None:
+                pairs.append((index.where, shape.where))
+        if differing := {(d, c) for d, c in pairs if d != c}:
+            out[table.name] = differing
+    return out
+
+
+def _same(have: Existing, declared: str | None, catalog: str | None) -> bool:
+    if declared is None or catalog is None:
+        return declared == catalog
+    return declared == catalog or (declared, catalog) in have.same
+
+
+def index_changed(table: str, index: Index, have: Existing) -> bool:
+    shape = have.shapes.get(index.name)
+    if shape is None:
+        return False  # missing (created below) or not ours to judge
+    found = (shape.table, shape.columns, shape.unique, shape.btree)
+    return found != (table, index.columns, index.unique, True) or not _same(have, index.where, shape.where)
+
+
+def create_index(name: sql.Identifier, index: Index) -> sql.Composed:
+    statement = sql.SQL("CREATE {unique}INDEX IF NOT EXISTS {index} ON {table} ({columns})").format(
+        unique=sql.SQL("UNIQUE " if index.unique else ""),
+        index=sql.Identifier(index.name),
+        table=name,
+        columns=sql.SQL(", ").join(map(sql.Identifier, index.columns)),
+    )
+    if index.where:
+        statement = statement + sql.SQL(" WHERE ") + sql.SQL(index.where)
+    return statement
 
 
 def statements(decl: Schemata, have: Existing) -> list[sql.Composed]:
@@ -98,16 +169,25 @@ def statements(decl: Schemata, have: Existing) -> list[sql.Composed]:
             for column in table.columns:
                 if column.name not in present:
                     out.append(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}").format(name, column.definition()))
+                elif column.check is not None:
+                    out += _check_statements(name, table.name, column, have)
         for index in table.indexes:
-            if index.name in have.indexes:
+            if index_changed(table.name, index, have):
+                out.append(sql.SQL("DROP INDEX {}").format(sql.Identifier(decl.schema, index.name)))
+            elif index.name in have.indexes:
                 continue
-            statement = sql.SQL("CREATE {unique}INDEX IF NOT EXISTS {index} ON {table} ({columns})").format(
-                unique=sql.SQL("UNIQUE " if index.unique else ""),
-                index=sql.Identifier(index.name),
-                table=name,
-                columns=sql.SQL(", ").join(map(sql.Identifier, index.columns)),
-            )
-            if index.where:
-                statement = statement + sql.SQL(" WHERE ") + sql.SQL(index.where)
-            out.append(statement)
+            out.append(create_index(name, index))
     return out
+
+
+def _check_statements(name: sql.Identifier, table: str, column: Column, have: Existing) -> list[sql.Composed]:
+    """A column's declared CHECK added when missing, replaced when its definition changed (one ALTER)."""
+    assert column.check is not None
+    constraint = sql.Identifier(check_name(table, column))
+    add = sql.SQL("ADD CONSTRAINT {} CHECK ({})").format(constraint, sql.SQL(column.check))
+    found = have.checks.get(check_name(table, column))
+    if found is None:
+        return [sql.SQL("ALTER TABLE {} ").format(name) + add]
+    if _same(have, column.check, found):
+        return []
+    return [sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}, ").format(name, constraint) + add]

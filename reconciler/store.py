@@ -9,6 +9,7 @@ bug and propagates.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import time
@@ -359,13 +360,14 @@ class Store:
         """
         decl = schema.load_schemata()
         async with self.connection() as conn:
-            have = await self.existing(conn, decl.schema)
+            have = await self.compared(conn, decl, await self.existing(conn, decl.schema))
             if not schema.statements(decl, have):
                 return 0
             try:
                 async with conn.transaction():
                     await self.execute(conn, "lock_key", {"key": APPLY_LOCK_KEY})
-                    todo = schema.statements(decl, await self.existing(conn, decl.schema))
+                    now = await self.compared(conn, decl, await self.existing(conn, decl.schema))
+                    todo = schema.statements(decl, now)
                     for statement in todo:
                         await conn.execute(statement)
             except psycopg.errors.InsufficientPrivilege:
@@ -381,9 +383,44 @@ class Store:
         columns: dict[str, set[str]] = {}
         for row in await self.fetch(conn, "catalog_table_columns", {"schema": name}):
             columns.setdefault(row["table_name"], set()).add(row["column_name"])
-        indexes = {row["indexname"] for row in await self.fetch(conn, "catalog_indexes", {"schema": name})}
+        shapes = {
+            row["indexname"]: schema.IndexShape(
+                row["table_name"], list(row["columns"]), row["is_unique"], row["btree"], row["predicate"]
+            )
+            for row in await self.fetch(conn, "catalog_indexes", {"schema": name})
+        }
+        checks = {
+            row["conname"]: schema.check_expression(row["definition"])
+            for row in await self.fetch(conn, "catalog_checks", {"schema": name})
+        }
         present = bool(await self.fetch(conn, "catalog_schema", {"schema": name}))
-        return schema.Existing(present, columns, indexes)
+        return schema.Existing(present, columns, set(shapes), shapes, checks)
+
+    @staticmethod
+    async def compared(conn: Conn, decl: schema.Schemata, have: schema.Existing) -> schema.Existing:
+        """`have`, knowing which declared and catalog expressions PostgreSQL reads alike: each pair is
+        written back by the planner (EXPLAIN VERBOSE), which deparses both the same way. No DDL.
+
+        A role that may not read a table cannot tell: its expressions count as unchanged (it could not
+        replace them anyway; the owner's `db init` does)."""
+        same: set[tuple[str, str]] = set()
+        for table, pairs in schema.expression_pairs(decl, have).items():
+            ordered = sorted(pairs)
+            listed = [sql.SQL("({})").format(sql.SQL(text)) for pair in ordered for text in pair]
+            query = sql.SQL("EXPLAIN (VERBOSE, COSTS OFF, FORMAT JSON) SELECT {} FROM {}").format(
+                sql.SQL(", ").join(listed), sql.Identifier(decl.schema, table)
+            )
+            try:
+                async with conn.transaction():  # a savepoint inside init's transaction
+                    cursor = await conn.execute(query)
+                    row = await cursor.fetchone()
+            except psycopg.errors.InsufficientPrivilege:
+                same |= pairs
+                continue
+            assert row is not None
+            output = next(iter(row.values()))[0]["Plan"]["Output"]
+            same |= {pair for i, pair in enumerate(ordered) if output[2 * i] == output[2 * i + 1]}
+        return dataclasses.replace(have, same=frozenset(same))
 
     # ------------------------------------------------------------ tasks
 

@@ -36,7 +36,7 @@ async def apply_files(store: Store, args: argparse.Namespace) -> None:
             return
         # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
         options = ApplyOptions(prune=not args.no_prune, revision=detect(Path(args.tasks_dir), None))
-        result = await apply_tasks(store, loaded.tasks, args.source, utcnow(), options, loaded.notifiers)
+        result = await apply_tasks(store, loaded.tasks, args.source, None, options, loaded.notifiers)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return

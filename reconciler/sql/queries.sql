@@ -12,7 +12,25 @@ SELECT c.relname AS table_name, a.attname AS column_name
  WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped;
 
 -- name: catalog_indexes
-SELECT indexname FROM pg_indexes WHERE schemaname = %(schema)s;
+-- Each index's shape, to compare with its declaration: key columns in order (an expression is ''),
+-- uniqueness, access method and predicate as PostgreSQL writes it back.
+SELECT c.relname AS indexname, t.relname AS table_name, i.indisunique AS is_unique, am.amname = 'btree' AS btree,
+       ARRAY(SELECT coalesce(a.attname, '')
+               FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+               LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+              ORDER BY k.n) AS columns,
+       pg_get_expr(i.indpred, i.indrelid) AS predicate
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+  JOIN pg_class t ON t.oid = i.indrelid
+  JOIN pg_am am ON am.oid = c.relam
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = %(schema)s;
+
+-- name: catalog_checks
+SELECT c.conname, pg_get_constraintdef(c.oid) AS definition
+  FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+ WHERE n.nspname = %(schema)s AND c.contype = 'c';
 
 -- name: catalog_schema
 SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
@@ -39,6 +57,15 @@ ON CONFLICT (source, name) DO UPDATE SET spec = EXCLUDED.spec, spec_hash = EXCLU
 -- name: notifier_delete
 DELETE FROM scheduler.notifiers WHERE source = %(source)s AND name = %(name)s;
 
+-- name: notifications_end_deleted
+-- With notifier_delete: its pending events end now, not at their next attempt (Retry-After may be an
+-- hour away). A send in flight has its outcome dropped (notification_result wants 'pending').
+UPDATE scheduler.notifications
+   SET status = 'failed', next_attempt_at = now(),
+       error = 'notifier ' || quote_literal(%(name)s::text) || ' is no longer in notifiers.d of source '
+               || quote_literal(%(source)s::text) || ': deleted by an apply; not sent (add it back for later events)'
+ WHERE source = %(source)s AND notifier = %(name)s AND status = 'pending';
+
 -- name: task_insert
 INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
                              created_at, updated_at, revision, file_digest)
@@ -64,12 +91,26 @@ SELECT id, source, spec, spec_hash, md5(spec::text), enabled, timezone, next_run
   FROM tasks_new;
 
 -- name: task_update
+-- keep_next: the schedule did not change, so next_run_at stays as the row has it when this UPDATE
+-- gets its lock (an engine's claim may have advanced it since the plan read it).
 UPDATE scheduler.tasks
    SET id = %(id)s, spec = %(spec)s::jsonb, spec_hash = %(spec_hash)s, spec_digest = md5((%(spec)s)::jsonb::text),
        enabled = %(enabled)s, timezone = %(timezone)s,
-       next_run_at = %(next_run_at)s, updated_at = %(now)s, revision = %(revision)s,
+       next_run_at = CASE WHEN %(keep_next)s THEN next_run_at ELSE %(next_run_at)s::timestamptz END,
+       updated_at = %(now)s, revision = %(revision)s,
        file_digest = md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text)
  WHERE id = %(old_id)s;
+
+-- name: tasks_lock
+-- The rows an apply retimes, locked before it reads the clock (see apply.lock_retimed).
+SELECT count(*) AS locked FROM (
+    SELECT id FROM scheduler.tasks WHERE id = ANY(%(ids)s::text[]) ORDER BY id FOR UPDATE
+) AS retimed;
+
+-- name: apply_clock
+-- The database's clock, not now(): the transaction began before it waited for the apply lock and
+-- the row locks, and a retime is from when the apply may write.
+SELECT clock_timestamp() AS now;
 
 -- name: tasks_unchanged
 -- What the files with these digests ({id: digest}) parsed to when applied, for the rows whose

@@ -97,7 +97,7 @@ async def test_a_redirect_and_a_deleted_notifier_are_final_at_once_with_the_fix(
         (tmp_path / "notifiers.d/dropped.toml").unlink()
         write(tmp_path, {"tasks.d/job.toml": subscribed.replace(', "dropped"', "")})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=62))
-        assert await engine.deliverer.deliver_due(wait=True) == 3
+        assert await engine.deliverer.deliver_due(wait=True) == 2  # the apply ended dropped's
     finally:
         await engine.deliverer.close()
         await engine.firer.close()
@@ -110,12 +110,54 @@ async def test_a_redirect_and_a_deleted_notifier_are_final_at_once_with_the_fix(
     assert rows["moved"]["http_status"] == 301
     assert f"redirects to {url}/new, which is not followed: set the url to it" in str(rows["moved"]["error"])
     assert "SECRETTOKEN" not in str(rows["moved"]["error"])
-    assert rows["dropped"]["status"] == "failed" and rows["dropped"]["attempts"] == 1
+    assert rows["dropped"]["status"] == "failed" and rows["dropped"]["attempts"] == 0
     assert "'dropped' is no longer in notifiers.d of source 'default'" in str(rows["dropped"]["error"])
     assert rec.paths("/dropped") == [] and len(rec.paths("/old")) == 1
     # A Slack URL is a secret: its redirect says where to look, not where it points.
     assert rows["chat"]["status"] == "failed"
     assert rows["chat"]["error"] == "HTTP 302: a redirect, not followed; check the URL in $SLACK_URL"
+
+
+async def test_deleting_a_notifier_ends_its_pending_events_in_the_same_apply(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    """An event waiting an hour for its retry (Retry-After: 3600) ends with the apply that deletes its notifier."""
+    url, rec = http
+    rec.script("/t", statuses=[500])
+    rec.script("/busy", statuses=[503], headers={"Retry-After": "3600"})
+    subscribed = TASK.format(url=url) + '[notify]\nfailure = ["busy", "oncall"]\n'
+    write(
+        tmp_path,
+        {
+            "notifiers.d/busy.toml": webhook(f"{url}/busy"),
+            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
+            "tasks.d/job.toml": subscribed,
+        },
+    )
+    now = datetime.now(UTC)
+    await apply_dirs(store, tmp_path, now - timedelta(seconds=61))
+    engine = Engine(store, EngineConfig("edges"))
+    try:
+        await engine.run_once(now)
+        assert await engine.deliverer.deliver_due(wait=True) == 2
+    finally:
+        await engine.deliverer.close()
+        await engine.firer.close()
+    with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
+        waiting = conn.execute(
+            "SELECT status, next_attempt_at > now() + interval '50 minutes' AS later FROM scheduler.notifications"
+            " WHERE notifier = 'busy'"
+        ).fetchone()
+    assert waiting == {"status": "pending", "later": True}
+    (tmp_path / "notifiers.d/busy.toml").unlink()
+    write(tmp_path, {"tasks.d/job.toml": subscribed.replace('"busy", ', "")})
+    await apply_dirs(store, tmp_path, now)
+    rows = {str(r["notifier"]): r for r in outbox(dsn)}
+    assert rows["busy"]["status"] == "failed" and rows["oncall"]["status"] == "delivered"
+    with psycopg.connect(dsn) as conn:
+        error = conn.execute("SELECT error FROM scheduler.notifications WHERE notifier = 'busy'").fetchone()
+    assert error is not None and "'busy' is no longer in notifiers.d of source 'default'" in error[0]
+    assert "deleted by an apply" in error[0]
 
 
 async def test_a_task_whose_failure_subscribers_change_starts_its_state_afresh(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from reconciler.apply import ApplyOptions, PlanRefused, apply_tasks, read_plan
 from reconciler.loader import Task, load_dir
-from reconciler.store import Store
+from reconciler.store import QUERIES, Store
 from tests.helpers import async_wait_until
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -237,23 +238,97 @@ async def test_one_notify_per_apply_and_none_for_noop(store: Store, dsn: str, tm
         await listener.close()
 
 
+def applies(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM scheduler.applies").fetchone()
+    return int(row[0]) if row else 0
+
+
 async def test_noop_apply_writes_nothing(store: Store, dsn: str, tmp_path: Path) -> None:
     tasks = load(tmp_path, {"a": task_file()})
     await apply_tasks(store, tasks, "default", NOW)
     with psycopg.connect(dsn) as conn:
         before = conn.execute("SELECT xmin::text, updated_at FROM scheduler.tasks").fetchall()
+    assert applies(dsn) == 1
     await apply_tasks(store, tasks, "default", NOW + timedelta(hours=1))
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT xmin::text, updated_at FROM scheduler.tasks").fetchall() == before
+    assert applies(dsn) == 1  # not even the audit row
 
 
-def _lock_waiters(dsn: str) -> int:
+def _lock_waiters(dsn: str, kinds: tuple[str, ...] = ("advisory",)) -> int:
+    """Backends waiting for a lock of these kinds (a row lock: "transactionid" or "tuple")."""
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = ANY(%s) AND NOT l.granted AND a.datname = current_database()",
+            (list(kinds),),
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+async def _hold_claim(dsn: str, due: datetime, advanced: datetime) -> psycopg.AsyncConnection[object]:
+    """An engine's claim of every due task, its transaction left open: the rows stay locked, advanced."""
+    claim = await psycopg.AsyncConnection.connect(dsn)
+    claimed = await (await claim.execute(QUERIES["claim_due"], {"now": due, "sources": [], "batch": 10})).fetchall()
+    ids = [str(row[0]) for row in claimed]
+    await claim.execute(QUERIES["tasks_advance"], {"ids": ids, "nexts": [advanced] * len(ids)})
+    return claim
+
+
+async def test_an_apply_keeps_the_next_run_an_engine_advanced_meanwhile(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
+    """The plan reads the row, the claim commits its advance, then the apply writes: the advance stays."""
+    await apply_tasks(store, load(tmp_path, {"a": task_file()}), "default", NOW)
+    due = NOW + timedelta(hours=1)
+    advanced = due + timedelta(hours=1)
+    claim = await _hold_claim(dsn, due, advanced)
+    described = load(tmp_path, {"a": task_file(extra='description = "described"')})
+    applying = asyncio.create_task(apply_tasks(store, described, "default", due))
+    try:
+        assert await async_wait_until(lambda: _lock_waiters(dsn, ("transactionid", "tuple")) == 1, 30)
+    finally:
+        await claim.commit()
+        await claim.close()
+    result = await applying
+    assert [(c.op, [f.path for f in c.fields]) for c in result.plan.changes] == [("update", ["description"])]
+    assert result.plan.changes[0].row is not None and result.plan.changes[0].row.next_run_at == due  # what it read
+    assert rows(dsn)["a"][2] == advanced
+
+
+async def test_a_retime_is_from_the_database_clock_once_the_claim_holding_the_row_committed(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
+    """A retime waits for the row's lock, then reads the database's clock: a `once` that passed while
+    a claim held the row is in the past for the apply (never fires), not due at its commit."""
+    await apply_tasks(store, load(tmp_path, {"a": task_file("* * * * *")}), "default")
+    far = datetime(2100, 1, 1, tzinfo=UTC)
+    claim = await _hold_claim(dsn, far, far)
+
+    async def database_now() -> datetime:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            row = await (await conn.execute("SELECT clock_timestamp()")).fetchone()
+        assert row is not None
+        moment: datetime = row[0]
+        return moment
+
+    at = await database_now() + timedelta(seconds=1)
+    once = f'[trigger]\nkind = "once"\nat = "{at.isoformat()}"\n[target]\nurl = "http://127.0.0.1:9/hook"\n'
+    applying = asyncio.create_task(apply_tasks(store, load(tmp_path, {"a": once}), "default"))
+    try:
+        assert await async_wait_until(lambda: _lock_waiters(dsn, ("transactionid", "tuple")) == 1, 30)
+        assert await async_wait_until(lambda: _passed(database_now, at), 30)
+    finally:
+        await claim.commit()
+        await claim.close()
+    result = await applying
+    assert [c.op for c in result.plan.changes] == ["update"] and result.plan.changes[0].retime
+    assert rows(dsn)["a"][1:3] == (True, None)  # computed from before the lock, it would be `at`, due at once
+
+
+async def _passed(clock: Callable[[], Awaitable[datetime]], at: datetime) -> bool:
+    return await clock() > at
 
 
 async def test_concurrent_applies_serialize(store: Store, dsn: str, tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ async def test_new_column_upgrades_without_dropping(dsn: str, tmp_path: Path) ->
     )
     decl = schema.load_schemata(newer)
     async with Store(dsn) as store, store.connection() as conn:
-        todo = schema.statements(decl, await store.existing(conn, "scheduler"))
+        todo = schema.statements(decl, await store.compared(conn, decl, await store.existing(conn, "scheduler")))
         assert [s.as_string(conn) for s in todo] == [
             'ALTER TABLE "scheduler"."engines" ADD COLUMN IF NOT EXISTS "version" text DEFAULT \'dev\''
         ]
@@ -46,6 +46,46 @@ async def test_new_column_upgrades_without_dropping(dsn: str, tmp_path: Path) ->
             await conn.execute(statement)
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT engine_id, version FROM scheduler.engines").fetchall() == [("e1", "dev")]
+
+
+def definitions(dsn: str) -> dict[str, str]:
+    with psycopg.connect(dsn) as conn:
+        indexes = conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'scheduler'").fetchall()
+        checks = conn.execute(
+            "SELECT conname, pg_get_constraintdef(c.oid) FROM pg_constraint c"
+            " JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = 'scheduler' AND contype = 'c'"
+        ).fetchall()
+    return dict(indexes + checks)
+
+
+async def test_an_older_index_or_check_is_replaced_and_undeclared_ones_are_left(dsn: str) -> None:
+    async with Store(dsn) as store:
+        await store.init_schema()
+    current = definitions(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # an older reconciler's definitions, and one of our own
+        conn.execute("DROP INDEX scheduler.runs_status_idx")
+        conn.execute("CREATE INDEX runs_status_idx ON scheduler.runs (status) WHERE status = 'running'")
+        conn.execute("DROP INDEX scheduler.tasks_source_idx")
+        conn.execute("CREATE UNIQUE INDEX tasks_source_idx ON scheduler.tasks (source, id)")
+        conn.execute(
+            "ALTER TABLE scheduler.notifications DROP CONSTRAINT notifications_event_check,"
+            " ADD CONSTRAINT notifications_event_check CHECK (event IN ('failure', 'recovery'))"
+        )
+        conn.execute("CREATE INDEX runs_mine_idx ON scheduler.runs (engine_id)")
+        conn.execute("ALTER TABLE scheduler.runs ADD CONSTRAINT runs_mine_check CHECK (attempt < 1000)")
+    older = definitions(dsn)
+    assert older["runs_status_idx"] != current["runs_status_idx"]
+    async with Store(dsn) as store:
+        assert await store.init_schema() == 5  # two indexes dropped and created, one CHECK replaced
+        assert await store.init_schema() == 0
+    after = definitions(dsn)
+    assert {k: v for k, v in after.items() if k in current} == current
+    assert after.keys() - current.keys() == {"runs_mine_idx", "runs_mine_check"}
+    with psycopg.connect(dsn) as conn:  # the replaced CHECK is enforced
+        conn.execute(
+            "INSERT INTO scheduler.notifications (source, notifier, task_id, event, payload)"
+            " VALUES ('s', 'n', 't', 'late', '{}')"
+        )
 
 
 async def test_unreachable_server_is_a_clear_error() -> None:

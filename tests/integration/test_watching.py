@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from reconciler.store import Store
-from reconciler.watching import watch_files
+from reconciler.watching import apply_files, watch_files
 from tests.helpers import async_wait_until
+from tests.integration.test_reconcile import applies
 
 TASK = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "http://127.0.0.1:9/x"\n'
 
@@ -49,3 +50,17 @@ async def test_stopping_a_watch_applies_nothing_more(
     printed += capsys.readouterr().out.splitlines()
     assert [line for line in printed if "Plan:" in line] == [printed[0]], printed
     assert "Plan: 1 to create" in printed[0]
+
+
+async def test_a_save_that_changes_nothing_records_no_apply(store: Store, dsn: str, tmp_path: Path) -> None:
+    """watch and up apply on every save: only the saves that change something are in scheduler.applies."""
+    (tmp_path / "tasks.d").mkdir()
+    (tmp_path / "tasks.d" / "a.toml").write_text(TASK)
+    await apply_files(store, options(tmp_path))
+    await apply_files(store, options(tmp_path))
+    assert applies(dsn) == 1
+    (tmp_path / "notifiers.d").mkdir()
+    (tmp_path / "notifiers.d" / "oncall.toml").write_text('kind = "webhook"\nurl = "http://127.0.0.1:9/n"\n')
+    await apply_files(store, options(tmp_path))  # a notifier alone is a change, with its audit row
+    await apply_files(store, options(tmp_path))
+    assert applies(dsn) == 2
