@@ -27,6 +27,7 @@ from reconciler.clock import SYSTEM, Clock, utc_iso, utc_text
 from reconciler.delivery import Deliverer
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
+from reconciler.leader import leader_only
 from reconciler.notify import Ended, ended_of, late_scan
 from reconciler.results import DB_FAULTS, Results, attempt_params
 from reconciler.store import Store
@@ -349,7 +350,16 @@ class Engine:
             ),
             asyncio.create_task(
                 self._every(
-                    stop, self.config.heartbeat_seconds, lambda: late_scan(self.store, self.clock.now()), "late scan"
+                    stop,
+                    self.config.heartbeat_seconds,
+                    leader_only(
+                        self.store,
+                        self.config.engine_id,
+                        "late scan",
+                        lambda: late_scan(self.store, self.clock.now()),
+                        3 * self.config.heartbeat_seconds,
+                    ),
+                    "late scan",
                 )
             ),
         ]
