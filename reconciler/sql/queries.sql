@@ -548,3 +548,10 @@ VALUES (%(name)s, %(engine_id)s, now() + make_interval(secs => %(seconds)s))
 ON CONFLICT (name) DO UPDATE SET engine_id = EXCLUDED.engine_id, expires_at = EXCLUDED.expires_at
  WHERE l.expires_at < now() OR l.engine_id = EXCLUDED.engine_id
 RETURNING l.engine_id;
+
+-- name: tasks_present
+-- Which of the task ids the metrics count runs of still exist in the engine's sources (one
+-- jsonb array: psycopg adapts long text arrays slowly).
+SELECT id FROM scheduler.tasks
+ WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s))
+   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
