@@ -27,6 +27,7 @@ from reconciler.clock import DATABASE, Clock, DatabaseClock, statement_now, utc_
 from reconciler.delivery import Deliverer
 from reconciler.environment import EnvPolicy
 from reconciler.errors import one_line
+from reconciler.leader import leader_only
 from reconciler.notify import Ended, ended_of, late_scan
 from reconciler.results import DB_FAULTS, Results, attempt_params
 from reconciler.store import Store
@@ -383,7 +384,13 @@ class Engine:
                 self._every(
                     stop,
                     self.config.heartbeat_seconds,
-                    lambda: late_scan(self.store, statement_now(self.clock)),
+                    leader_only(
+                        self.store,
+                        self.config.engine_id,
+                        "late scan",
+                        lambda: late_scan(self.store, statement_now(self.clock)),
+                        3 * self.config.heartbeat_seconds,
+                    ),
                     "late scan",
                 )
             ),

@@ -49,6 +49,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "notifiers": ("SELECT",),
         "notifications": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "notify_state": ("SELECT", "INSERT", "UPDATE"),
+        # the leases on fleet-wide work (metrics, the late scan): taken, renewed and read
+        "leader": ("SELECT", "INSERT", "UPDATE"),
     },
 }
 

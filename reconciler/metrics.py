@@ -10,19 +10,33 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+import psycopg
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from reconciler import __version__
 from reconciler.clock import DATABASE
+from reconciler.leader import Lease
 from reconciler.store import Row, Store
 
 log = logging.getLogger("reconciler.metrics")
 REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
 QUERY_SECONDS = 2.0  # at most this long per refresh: a database that hangs costs a stale value, never a scrape
-TASK_SERIES_LIMIT = 10_000  # tasks with per-task series (the first by id): a bound on what one scrape carries
+TASK_SERIES_LIMIT = 10_000  # tasks with per-task series: a bound on what one scrape carries
+PROBE_SECONDS = 0.9  # /healthz and /readyz answer within this (and a request's own handling)
+OTHER_TASKS = "_other"  # the task label of runs of tasks beyond TASK_SERIES_LIMIT
 
 if TYPE_CHECKING:
     from reconciler.claim import Claimed, Report
@@ -31,10 +45,14 @@ if TYPE_CHECKING:
 
 
 class EngineMetrics:
-    """Observer of one engine: counts runs by task and status, fire lag, claim duration, notification sends."""
+    """Observer of one engine: counts runs by task and status, fire lag, claim duration, notification sends.
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.runs = Counter("reconciler_runs", "Runs recorded by this engine", ["task", "status"], registry=registry)
+    The fleet-wide gauges (Health, Outbox) are served only while `lease` is held: one engine per
+    set of sources reads them (see refresh_gauges)."""
+
+    def __init__(self, registry: CollectorRegistry, lease: Lease, task_limit: int = TASK_SERIES_LIMIT) -> None:
+        self.runs = Runs(task_limit)
+        registry.register(self.runs)
         self.fire_lag = Histogram(
             "reconciler_fire_lag_seconds",
             "Send time minus scheduled_for",
@@ -57,8 +75,13 @@ class EngineMetrics:
         self.leases = Gauge("reconciler_leases_held", "Leases held by this engine", registry=registry)
         self.up = Gauge("reconciler_engine_up", "1 while the engine runs", registry=registry)
         self.up.set(1)
-        self._claimed_by: dict[int, str] = {}
-        self.health = Health()
+        Gauge(
+            "reconciler_health_leader",
+            "1 on the one engine (per set of sources) that serves the per-task, per-engine and outbox gauges; "
+            "0 on the others, which serve none of them",
+            registry=registry,
+        ).set_function(lambda: float(lease.held))
+        self.health = Health(lease, task_limit)
         registry.register(self.health)
         self.notifications = Counter(
             "reconciler_notifications",
@@ -67,7 +90,7 @@ class EngineMetrics:
             ["notifier", "event", "outcome"],
             registry=registry,
         )
-        self.outbox = Outbox()
+        self.outbox = Outbox(lease)
         registry.register(self.outbox)
         Gauge(
             "reconciler_clock_offset_seconds",
@@ -75,16 +98,19 @@ class EngineMetrics:
             "database's clock decides what is due, this shows a host whose time sync is off",
             registry=registry,
         ).set_function(lambda: DATABASE.offset if DATABASE.measured else math.nan)
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        Info("reconciler_build", "The running reconciler", registry=registry).info({"version": __version__})
 
     def claimed(self, report: Report) -> None:
         self.claim_seconds.observe(report.seconds)
         self.leases.inc(len(report.runs))
         for item in report.recorded:
-            self.runs.labels(item.task_id, item.status).inc()
+            self.runs.inc(item.task_id, item.status)
 
     def finished(self, claimed: Claimed, outcome: Outcome) -> None:
         self.leases.dec()
-        self.runs.labels(claimed.task_id, outcome.status).inc()
+        self.runs.inc(claimed.task_id, outcome.status)
         sent = outcome.attempts[0].sent_at if outcome.attempts else 0.0
         if sent:
             self.fire_lag.observe(max(0.0, sent - claimed.scheduled_for.timestamp()))
@@ -94,23 +120,73 @@ class EngineMetrics:
         self.notifications.labels(notifier, event, outcome).inc()
 
 
+class Runs:
+    """reconciler_runs_total{task,status}: the runs this engine recorded a final status for, by task.
+
+    At most `limit` tasks have series of their own (the first counted); the runs of any other
+    count in task="_other". A task deleted, or moved out of the engine's sources, loses its
+    series at the next refresh (see prune), and its place goes to the next task counted."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.counts: dict[str, dict[str, float]] = {}
+        self.other: dict[str, float] = {}
+
+    def inc(self, task: str, status: str) -> None:
+        counts = self.counts.get(task)
+        if counts is None:
+            if len(self.counts) >= self.limit:
+                self.other[status] = self.other.get(status, 0.0) + 1
+                return
+            counts = self.counts[task] = {}
+        counts[status] = counts.get(status, 0.0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "reconciler_runs",
+            "Runs recorded by this engine, by final status; tasks beyond the series limit count as task=_other",
+            labels=["task", "status"],
+        )
+        # collect() runs in a thread while the event loop counts: copies (atomic under the GIL)
+        # rather than iterating dicts that may grow meanwhile.
+        for task, counts in self.counts.copy().items():
+            for status, value in counts.copy().items():
+                family.add_metric([task, status], value)
+        for status, value in self.other.copy().items():
+            family.add_metric([OTHER_TASKS, status], value)
+        yield family
+
+    async def prune(self, store: Store, sources: list[str]) -> None:
+        """Drop the series of the tasks counted that are no longer in the database (in `sources`)."""
+        asked = list(self.counts)
+        if not asked:
+            return
+        async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
+            rows = await Store.fetch(conn, "tasks_present", {"ids": Store.jsonb(asked), "sources": sources})
+        for task in set(asked) - {row["id"] for row in rows}:
+            self.counts.pop(task, None)
+
+
 def _stamp(moment: datetime | None) -> float:
     return moment.timestamp() if moment is not None else math.nan
 
 
 class Health:
     """Per-task and per-engine gauges from the last read of the database (see refresh_gauges), so a
-    scrape never waits for it. Each engine reports every task of its sources: alert on min or max
-    by task. Series: four per enabled task (at most TASK_SERIES_LIMIT tasks) and one per engine
-    seen in the last hour."""
+    scrape never waits for it; served only while `lease` is held, by one engine per set of sources.
+    Series: four per enabled task (at most `limit` tasks, the first by id), one per engine seen in
+    the last hour, and the read's age."""
 
-    def __init__(self) -> None:
+    def __init__(self, lease: Lease, limit: int = TASK_SERIES_LIMIT) -> None:
+        self.lease, self.limit = lease, limit
         self.tasks: list[Row] = []
         self.engines: list[Row] = []
         self.now = math.nan  # the engine's clock at the last read
         self.read_at = math.nan  # time.time() of the last read
 
     def collect(self) -> Iterator[Metric]:
+        if not self.lease.held:
+            return
         last = GaugeMetricFamily(
             "reconciler_task_last_success_timestamp_seconds",
             "When the task's last succeeded run finished (NaN: no success in the kept history)",
@@ -148,10 +224,13 @@ class Health:
 
     async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
         async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-            params = {"now": now, "sources": sources, "limit": TASK_SERIES_LIMIT}
+            params = {"now": now, "sources": sources, "limit": self.limit}
             tasks = await Store.fetch(conn, "task_health", params)
             engines = await Store.fetch(conn, "engines_seen", params)
         self.tasks, self.engines, self.now, self.read_at = tasks, engines, now.timestamp(), time.time()
+
+    def clear(self) -> None:
+        self.tasks, self.engines, self.read_at = [], [], math.nan
 
 
 # (metric, column of the notifications_health query, help): the outbox as last read.
@@ -173,12 +252,16 @@ OUTBOX_GAUGES = (
 
 class Outbox:
     """The notification outbox's gauges (OUTBOX_GAUGES) for the engine's sources, from the last read of
-    the database (see refresh_gauges), so a scrape never waits for it. Series: three."""
+    the database (see refresh_gauges), so a scrape never waits for it; served only while `lease` is
+    held, as Health's. Series: three."""
 
-    def __init__(self) -> None:
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
         self.values: dict[str, float] = {}
 
     def collect(self) -> Iterator[Metric]:
+        if not self.lease.held:
+            return
         for name, column, doc in OUTBOX_GAUGES:
             yield GaugeMetricFamily(name, f"{doc} (NaN: not read yet)", value=self.values.get(column, math.nan))
 
@@ -188,22 +271,46 @@ class Outbox:
         self.values = {column: float(value) for column, value in row.items()}
 
 
-async def _database_ok(store: Store) -> bool:
-    try:
-        async with asyncio.timeout(3), store.connection() as conn:
-            await conn.execute("SELECT 1")
-        return True
-    except Exception:
-        return False
+class Probe:
+    """/healthz's and /readyz's check of the database: `SELECT 1` on a connection of its own, opened
+    on demand, kept, and made again once broken. Not the claim's pool: a probe must neither wait
+    for a connection the claims hold nor take one from them, and it answers within PROBE_SECONDS
+    whatever the database does (a dead server's connect would otherwise wait out libpq's timeout)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.lock = asyncio.Lock()  # one probe at a time on the one connection
+
+    async def ok(self) -> bool:
+        try:
+            async with asyncio.timeout(PROBE_SECONDS), self.lock:
+                if self.conn is None or self.conn.closed:
+                    self.conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=1)
+                await self.conn.execute("SELECT 1")
+            return True
+        except Exception:
+            await self.close()  # in an unknown state (cut off mid-statement, or broken): made again next time
+            return False
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
 
-async def refresh_gauges(metrics: EngineMetrics, engine: Engine, store: Store) -> None:
-    """Read the database gauges every REFRESH_SECONDS, each read bounded by QUERY_SECONDS.
+async def refresh_gauges(
+    metrics: EngineMetrics, engine: Engine, store: Store, seconds: float = REFRESH_SECONDS
+) -> None:
+    """Read the database gauges every `seconds`, each read bounded by QUERY_SECONDS.
 
     /metrics serves what was last read (with its age) and so answers at once whatever the
-    database does: Prometheus's scrape timeout (10 s) would otherwise drop every engine metric
-    exactly during an outage.
+    database does: Prometheus's scrape timeout (10 s) would otherwise drop every engine
+    metric exactly during an outage. Only the engine holding the health lease reads the
+    fleet-wide gauges; the lease is renewed here, every time.
     """
+    lease = metrics.health.lease
     while True:
         now, sources = engine.clock.now(), list(engine.config.sources)
         try:
@@ -211,19 +318,44 @@ async def refresh_gauges(metrics: EngineMetrics, engine: Engine, store: Store) -
                 [row] = await Store.fetch(conn, "due_backlog", {"now": now, "sources": sources})
             metrics.backlog.set(row["due"])
             metrics.backlog_read_at = time.time()
-            await metrics.health.read(store, now, sources)
-            await metrics.outbox.read(store, now, sources)  # last: an outbox read that fails costs only its own gauges
+            await metrics.runs.prune(store, sources)
+            async with asyncio.timeout(QUERY_SECONDS):
+                leading = await lease.renew()
+            if leading:
+                await metrics.health.read(store, now, sources)
+                await metrics.outbox.read(store, now, sources)  # last: a failed outbox read costs only its gauges
+            else:  # a follower keeps nothing a later turn as leader could serve before its first read
+                metrics.health.clear()
+                metrics.outbox.values = {}
         except Exception as exc:  # the database away: the values age, the scrape goes on
             log.debug("gauges not refreshed: %s", type(exc).__name__)
-        await asyncio.sleep(REFRESH_SECONDS)
+        await asyncio.sleep(seconds)
 
 
-async def serve_metrics(addr: str, engine: Engine, store: Store) -> Endpoint:
-    """Start the HTTP endpoint and the gauge refresher; close the returned Endpoint to stop both."""
+def lease_name(sources: tuple[str, ...]) -> str:
+    """The health lease of engines with these sources: engines of other sources read other tasks."""
+    return "metrics " + (",".join(sorted(sources)) if sources else "*")
+
+
+async def serve_metrics(
+    addr: str,
+    engine: Engine,
+    store: Store,
+    *,
+    refresh_seconds: float = REFRESH_SECONDS,
+    task_limit: int = TASK_SERIES_LIMIT,
+    probe_dsn: str | None = None,
+) -> Endpoint:
+    """Start the HTTP endpoint and the gauge refresher; close the returned Endpoint to stop both.
+
+    The health lease lasts three refreshes: a leader that stops is replaced within that.
+    `probe_dsn` (default the store's) is what /healthz and /readyz connect to."""
     registry = CollectorRegistry()
-    metrics = EngineMetrics(registry)
+    lease = Lease(store, lease_name(engine.config.sources), engine.config.engine_id, 3 * refresh_seconds)
+    metrics = EngineMetrics(registry, lease, task_limit)
     engine.observers.append(metrics)
     engine.deliverer.observers.append(metrics)
+    probe = Probe(probe_dsn or store.dsn)
     host, _, port = addr.rpartition(":")
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -233,10 +365,10 @@ async def serve_metrics(addr: str, engine: Engine, store: Store) -> Endpoint:
                 pass
             path = request[1] if len(request) > 1 else "/"
             status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            if path == "/metrics":
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
+            if path == "/metrics":  # rendered in a thread: a scrape of thousands of series never holds up a fire
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, await asyncio.to_thread(generate_latest, registry)
             elif path in ("/healthz", "/readyz"):
-                ok = await _database_ok(store)
+                ok = await probe.ok()
                 if path == "/readyz":  # ready once a claim has gone through
                     ok = ok and engine.ready
                 status = "200 OK" if ok else "503 Service Unavailable"
@@ -250,16 +382,25 @@ async def serve_metrics(addr: str, engine: Engine, store: Store) -> Endpoint:
         writer.close()
 
     server = await asyncio.start_server(handle, host or "127.0.0.1", int(port))
-    return Endpoint(server, asyncio.create_task(refresh_gauges(metrics, engine, store)))
+    refresher = asyncio.create_task(refresh_gauges(metrics, engine, store, refresh_seconds))
+    return Endpoint(server, refresher, registry, metrics, probe)
 
 
 @dataclass
 class Endpoint:
-    """The listening /metrics server and its background refresher; close() stops both."""
+    """The listening /metrics server and its background refresher; close() stops both. The health
+    lease is not given back: it runs out, as a crashed engine's does."""
 
     server: asyncio.Server
     refresher: asyncio.Task[None]
+    registry: CollectorRegistry
+    metrics: EngineMetrics
+    probe: Probe
 
     def close(self) -> None:
         self.refresher.cancel()
         self.server.close()
+        if self.probe.conn is not None:
+            # A sync close: the caller may be on its way out of the loop.
+            with contextlib.suppress(Exception):
+                self.probe.conn.pgconn.finish()

@@ -625,3 +625,21 @@ SELECT id, run_id, notifier, event, status, attempts, http_status, error, create
   FROM scheduler.notifications
  WHERE run_id = ANY(%(run_ids)s::bigint[])
  ORDER BY run_id, id;
+
+-- ============================================================== leader leases
+
+-- name: leader_take
+-- Take the lease when it is free or expired, or renew it when it is ours; a row back: we lead
+-- for %(seconds)s more seconds of the database's clock (now(): one statement, any connection).
+INSERT INTO scheduler.leader AS l (name, engine_id, expires_at)
+VALUES (%(name)s, %(engine_id)s, now() + make_interval(secs => %(seconds)s))
+ON CONFLICT (name) DO UPDATE SET engine_id = EXCLUDED.engine_id, expires_at = EXCLUDED.expires_at
+ WHERE l.expires_at < now() OR l.engine_id = EXCLUDED.engine_id
+RETURNING l.engine_id;
+
+-- name: tasks_present
+-- Which of the task ids the metrics count runs of still exist in the engine's sources (one
+-- jsonb array: psycopg adapts long text arrays slowly).
+SELECT id FROM scheduler.tasks
+ WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s))
+   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
