@@ -91,7 +91,7 @@ class SharedSchedule:
     """One compiled schedule for every task with the same trigger, zone and DST rules, remembering its
     latest answers: a top-of-the-hour burst asks thousands of tasks' schedules the same two questions."""
 
-    ANSWERS = 64
+    ANSWERS = CATCHUP_CAP + 2  # a catch-up's steps forward within the grace, for every task sharing it
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule

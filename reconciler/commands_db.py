@@ -14,7 +14,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from reconciler import render
-from reconciler.clock import local_text, utc_text, utcnow
+from reconciler.clock import local_text, utc_text
 from reconciler.commands import parse_instant, with_store
 from reconciler.embedded import database_label, home_for, stop_embedded
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, one_line
@@ -58,16 +58,16 @@ def _local(moment: datetime | None, zone: str, machine: bool = False) -> str | N
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    async def work(store: Store) -> tuple[list[Row], list[Row], list[Row]]:
+    async def work(store: Store) -> tuple[list[Row], list[Row], list[Row], datetime]:
         async with store.reading() as conn:
             rows = await Store.fetch(conn, "status_rows")
             engines = await Store.fetch(conn, "engines_live", {"seconds": float(ENGINE_LIVE_SECONDS)})
             live = await Store.fetch(conn, "applies_live_sources")
-        return rows, engines, live
+            [clock] = await Store.fetch(conn, "clock_now", {"now": None})  # overdue by the database's clock
+        return rows, engines, live, clock["now"]
 
-    rows, engines, revisions = with_store(args, work)
+    rows, engines, revisions, now = with_store(args, work)
 
-    now = utcnow()
     items = []
     for row in rows:
         task_row = TaskRow.from_row(row)
@@ -217,11 +217,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    now = utcnow()
-    at = parse_instant(args.at, "--at") if args.at else now
+    asked = parse_instant(args.at, "--at") if args.at else None
 
     async def work(store: Store) -> list[str]:
         async with store.reading() as conn:
+            [clock] = await Store.fetch(conn, "clock_now", {"now": None})  # "due" by the database's clock
+            now: datetime = clock["now"]
+            at = asked or now
             found = await Store.fetch(conn, "task_get", {"id": args.id})
             if not found:
                 raise UserError(

@@ -7,6 +7,7 @@ Only missing or changed objects get a statement, so a second run issues none and
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +57,13 @@ class Table:
 class Schemata:
     schema: str
     tables: list[Table]
+    fingerprint: str = ""  # of the declaration's text: the schema's comment once it is initialized from it
 
 
 def load_schemata(path: Path = SCHEMATA) -> Schemata:
     """Read the declared schema."""
-    data: dict[str, Any] = tomllib.loads(path.read_text())
+    text = path.read_text()
+    data: dict[str, Any] = tomllib.loads(text)
     tables = [
         Table(
             name=t["name"],
@@ -70,7 +73,8 @@ def load_schemata(path: Path = SCHEMATA) -> Schemata:
         )
         for t in data["tables"]
     ]
-    return Schemata(data["schema"], tables)
+    mark = f"reconciler schema sha256:{hashlib.sha256(text.encode()).hexdigest()}"
+    return Schemata(data["schema"], tables, mark)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -56,6 +57,24 @@ def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
 
 
 QUERIES = load_queries()
+
+
+# Every timestamptz the database returns comes back in UTC, whatever the session's TimeZone (a
+# server initialized on a host in Europe/Berlin answers in Berlin time): the engine does arithmetic
+# on the database's `now()` and `next_run_at`, and Python's arithmetic on two datetimes of one zone,
+# or a timedelta added to one, is wall-clock arithmetic, an hour off across a DST night.
+class _UtcTimestamptzLoader(TimestamptzLoader):
+    def load(self, data: Any) -> datetime:
+        return super().load(data).astimezone(UTC)
+
+
+class _UtcTimestamptzBinaryLoader(TimestamptzBinaryLoader):
+    def load(self, data: Any) -> datetime:
+        return super().load(data).astimezone(UTC)
+
+
+psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
+psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzBinaryLoader)
 
 
 def redact(dsn: str) -> str:
@@ -359,9 +378,15 @@ class Store:
         CREATE works on a database its owner initialized.
         """
         decl = schema.load_schemata()
+        mark = sql.SQL("COMMENT ON SCHEMA {} IS {}").format(sql.Identifier(decl.schema), sql.Literal(decl.fingerprint))
         async with self.connection() as conn:
+            found = await self.fetch(conn, "schema_fingerprint", {"schema": decl.schema})
+            if found and found[0]["fingerprint"] == decl.fingerprint:
+                return 0  # initialized from this very declaration: nothing to compare
             have = await self.compared(conn, decl, await self.existing(conn, decl.schema))
             if not schema.statements(decl, have):
+                with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # its owner marks it later
+                    await conn.execute(mark)  # up to date: the next start need not compare
                 return 0
             try:
                 async with conn.transaction():
@@ -370,6 +395,7 @@ class Store:
                     todo = schema.statements(decl, now)
                     for statement in todo:
                         await conn.execute(statement)
+                    await conn.execute(mark)
             except psycopg.errors.InsufficientPrivilege:
                 state = "does not exist" if not have.schema else "is out of date"
                 raise PermissionDenied(

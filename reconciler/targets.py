@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import yarl
 
-from reconciler.clock import DATABASE, utc_iso, utc_stamp, utcnow
+from reconciler.clock import DATABASE, utc_iso, utc_stamp
 from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets
 from reconciler.models import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, Target, TaskSpec
 
@@ -169,7 +169,7 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, min((when - utcnow()).total_seconds(), MAX_RETRY_AFTER))
+    return max(0.0, min((when - DATABASE.now()).total_seconds(), MAX_RETRY_AFTER))  # the target's date vs ours
 
 
 def backoff_delay(base: float, attempt: int, retry_after: float | None) -> float:

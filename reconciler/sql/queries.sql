@@ -19,7 +19,9 @@ SELECT c.relname AS indexname, t.relname AS table_name, i.indisunique AS is_uniq
                FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
                LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
               ORDER BY k.n) AS columns,
-       pg_get_expr(i.indpred, i.indrelid) AS predicate
+       -- pg_get_indexdef, not pg_get_expr(indpred, indrelid): the latter locks the table, and a
+       -- read command must not wait behind a migration's lock before its own bounded statements.
+       substring(pg_get_indexdef(i.indexrelid) FROM ' WHERE (.*)$') AS predicate
   FROM pg_index i
   JOIN pg_class c ON c.oid = i.indexrelid
   JOIN pg_class t ON t.oid = i.indrelid
@@ -31,6 +33,12 @@ SELECT c.relname AS indexname, t.relname AS table_name, i.indisunique AS is_uniq
 SELECT c.conname, pg_get_constraintdef(c.oid) AS definition
   FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
  WHERE n.nspname = %(schema)s AND c.contype = 'c';
+
+-- name: schema_fingerprint
+-- The schema's comment: the fingerprint of the declaration it was last initialized from. Read
+-- without locking any table, so a command behind a migration's lock waits only in its own,
+-- bounded statements.
+SELECT obj_description(oid, 'pg_namespace') AS fingerprint FROM pg_namespace WHERE nspname = %(schema)s;
 
 -- name: catalog_schema
 SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;

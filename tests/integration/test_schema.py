@@ -74,6 +74,7 @@ async def test_an_older_index_or_check_is_replaced_and_undeclared_ones_are_left(
         )
         conn.execute("CREATE INDEX runs_mine_idx ON scheduler.runs (engine_id)")
         conn.execute("ALTER TABLE scheduler.runs ADD CONSTRAINT runs_mine_check CHECK (attempt < 1000)")
+        conn.execute("COMMENT ON SCHEMA scheduler IS 'reconciler schema sha256:older'")  # the older declaration's
     older = definitions(dsn)
     assert older["runs_status_idx"] != current["runs_status_idx"]
     async with Store(dsn) as store:
