@@ -20,16 +20,13 @@ import json
 import logging
 import os
 import statistics
-import tempfile
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 
 from bench.common import write_results
-from bench.reconcile import fresh_database
+from bench.reconcile import bench_database
 from reconciler.claim import Claimer
-from reconciler.embedded import embedded_dsn
 from reconciler.models import TaskSpec
 from reconciler.store import Store
 from reconciler.triggers import compile_schedule
@@ -94,15 +91,8 @@ async def claim(dsn: str, now: datetime) -> float:
 
 def main() -> None:
     logging.getLogger("reconciler").setLevel(logging.ERROR)  # a catch-up logs its coalesced misses
-    admin = embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg")
-    dsn = fresh_database(admin, "reconciler_bench_catchup")
+    dsn = bench_database("reconciler_bench_catchup")
     load_before = load_average()
-
-    async def init() -> None:
-        async with Store(dsn) as store:
-            await store.init_schema()
-
-    asyncio.run(init())
     results: dict[str, dict[str, object]] = {}
     for name, spec in TRIGGERS.items():
         times: dict[str, list[float]] = {label: [] for label in DOWNTIMES}

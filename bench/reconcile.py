@@ -53,6 +53,18 @@ def fresh_database(admin: str, name: str) -> str:
     return database_dsn(admin, name)
 
 
+def bench_database(name: str) -> str:
+    """A fresh database `name` with the scheduler schema, on the benches' embedded server."""
+    dsn = fresh_database(embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg"), name)
+
+    async def init() -> None:
+        async with Store(dsn) as store:
+            await store.init_schema()
+
+    asyncio.run(init())
+    return dsn
+
+
 def timed(func: Callable[[], T]) -> tuple[T, float]:
     start = time.perf_counter()
     value = func()

@@ -23,17 +23,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 
 from bench.common import write_results
-from bench.reconcile import fresh_database
+from bench.reconcile import bench_database
 from reconciler.claim import Claimer
-from reconciler.embedded import embedded_dsn
 from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 
@@ -116,15 +113,8 @@ def main() -> None:
     if sys.argv[1:2] == ["--prune"]:
         print(json.dumps(asyncio.run(prune(sys.argv[2], datetime.fromisoformat(sys.argv[3])))))
         return
-    admin = embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg")
-    dsn = fresh_database(admin, "reconciler_bench_retention")
+    dsn = bench_database("reconciler_bench_retention")
     load_before = load_average()
-
-    async def init() -> None:
-        async with Store(dsn) as store:
-            await store.init_schema()
-
-    asyncio.run(init())
     now = datetime.now(UTC).replace(microsecond=0)
     seeded = seed(dsn, now)
     print(f"seeded {RUNS:,} finished runs older than {KEEP_DAYS:g} days in {seeded:.1f} s")
