@@ -194,3 +194,22 @@ async def test_one_of_two_engines_serves_the_fleet_wide_gauges_and_the_other_tak
             await firer.close()
         for engine in engines:
             await engine.deliverer.close()
+
+
+async def test_the_per_task_families_are_rendered_once_per_read(
+    store: Store, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, _ = http
+    await setup(store, tmp_path, {"a": cron(f"{url}/a"), "b": cron(f"{url}/b")})
+    async with endpoint(engine, store) as (served, metrics_url):
+        health = served.metrics.health
+
+        async def read_and_served() -> bool:
+            return tasks_of(await scrape(metrics_url), PER_TASK[0]) == {"a", "b"}
+
+        assert await async_wait_until(read_and_served, 60, step=0.1)
+        first = health.task_text()  # no await in between: no read in between
+        assert health.task_text() is first and b'task="a"' in first  # the same text, not rendered again
+        read_at = health.read_at
+        assert await async_wait_until(lambda: health.read_at != read_at, 60, step=0.05)
+        assert health.task_text() is not first  # a new read: rendered again
