@@ -26,10 +26,10 @@ import psycopg
 
 from bench.common import write_results
 from bench.reconcile import bench_database
-from reconciler.claim import Claimer
-from reconciler.models import TaskSpec
-from reconciler.store import Store
-from reconciler.triggers import compile_schedule
+from reconciler.db.store import Store
+from reconciler.engine.claim import Claimer
+from reconciler.schedule.triggers import compile_schedule
+from reconciler.spec.task import TaskSpec
 
 TASKS = 100
 REPEAT = int(os.environ.get("BENCH_CATCHUP_REPEAT", "7"))

@@ -40,13 +40,13 @@ import psycopg
 from bench.common import write_results
 from bench.reconcile import fresh_database
 from bench.sink import SLOW_SECONDS
-from reconciler.apply import apply_tasks
-from reconciler.claim import Claimer
-from reconciler.cli import tune_gc
-from reconciler.embedded import embedded_dsn
-from reconciler.loader import load_dir
-from reconciler.store import Store
-from reconciler.targets import new_session
+from reconciler.cli.parser import tune_gc
+from reconciler.db.embedded import embedded_dsn
+from reconciler.db.store import Store
+from reconciler.engine.claim import Claimer
+from reconciler.files.tasks import load_dir
+from reconciler.reconcile.apply import apply_tasks
+from reconciler.targets.http import new_session
 
 TASKS = 10_000
 BURST_TASKS = 10_000

@@ -24,12 +24,12 @@ import psycopg
 from psycopg import sql
 
 from bench.common import task_text, write_results, write_tasks
-from reconciler.apply import apply_tasks, load_files, read_plan
-from reconciler.cli import tune_gc
-from reconciler.embedded import embedded_dsn
-from reconciler.loader import load_dir
-from reconciler.planview import plan_text
-from reconciler.store import Store
+from reconciler.cli.parser import tune_gc
+from reconciler.db.embedded import embedded_dsn
+from reconciler.db.store import Store
+from reconciler.files.tasks import load_dir
+from reconciler.output.planview import plan_text
+from reconciler.reconcile.apply import apply_tasks, load_files, read_plan
 
 SIZES = (100, 1_000, 10_000)
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -30,9 +30,9 @@ import psycopg
 
 from bench.common import write_results
 from bench.reconcile import bench_database
-from reconciler.claim import Claimer
-from reconciler.engine import Engine, EngineConfig
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.engine.claim import Claimer
+from reconciler.engine.loop import Engine, EngineConfig
 
 RUNS = int(os.environ.get("BENCH_RETENTION_RUNS", "3000000"))
 TASKS = 1_000

@@ -2,7 +2,7 @@
 and the reads of the metrics and the read commands as scheduler.runs grows: 10k and 1M runs.
 
 For each size: EXPLAIN (ANALYZE, BUFFERS) of the engine's own claim query (from
-reconciler/sql/queries.sql) and the median wall time of the claim statement in a
+reconciler/db/queries.sql) and the median wall time of the claim statement in a
 transaction (rolled back, so every repetition sees the same 100 due rows).
 Reads: 10,000 tasks, every run of 50 of them (half failing since their first runs), so most
 tasks have no recent run and some a very old last success; the median wall time of the
@@ -23,8 +23,8 @@ import psycopg
 
 from bench.common import write_results
 from bench.reconcile import fresh_database
-from reconciler.embedded import embedded_dsn
-from reconciler.store import QUERIES, Store
+from reconciler.db.embedded import embedded_dsn
+from reconciler.db.store import QUERIES, Store
 
 SIZES = (1_000, 100_000, 1_000_000)
 DUE = 100

@@ -39,9 +39,9 @@ from bench.engine import (
     write_files,
 )
 from bench.reconcile import fresh_database
-from reconciler.cli import tune_gc
-from reconciler.embedded import embedded_dsn
-from reconciler.metrics import TASK_SERIES_LIMIT
+from reconciler.cli.parser import tune_gc
+from reconciler.db.embedded import embedded_dsn
+from reconciler.web.metrics import TASK_SERIES_LIMIT
 
 FULL = {"fired": 20_000, "ticking": 100, "rounds": 4, "round_seconds": 20}
 QUICK = {"fired": 500, "ticking": 20, "rounds": 1, "round_seconds": 6}

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.common import best_of, write_results, write_tasks
-from reconciler.cli import tune_gc
-from reconciler.loader import discover, load_dir
-from reconciler.models import TaskSpec
-from reconciler.triggers import compile_schedule
+from reconciler.cli.parser import tune_gc
+from reconciler.files.tasks import discover, load_dir
+from reconciler.schedule.triggers import compile_schedule
+from reconciler.spec.task import TaskSpec
 
 TRIGGERS = {
     "cron (Europe/Berlin, 30 2 * * 1-5)": ("Europe/Berlin", {"kind": "cron", "expr": "30 2 * * 1-5"}),

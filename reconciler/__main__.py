@@ -2,6 +2,6 @@
 
 import sys
 
-from reconciler.cli import main
+from reconciler.cli.parser import main
 
 sys.exit(main())

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reconciler.store import Store
+from reconciler.db.store import Store
 from tests.httpserver import Recorder, serving
 from tests.pgcontrol import stop_all_under
 
@@ -80,7 +80,7 @@ def test_server(request: pytest.FixtureRequest) -> Iterator[SuiteServer]:
     """RECONCILER_TEST_DSN, or an embedded server in this run's own folder."""
     admin_dsn = os.environ.get("RECONCILER_TEST_DSN")
     if not admin_dsn:
-        from reconciler.embedded import embedded_dsn
+        from reconciler.db.embedded import embedded_dsn
 
         admin_dsn = embedded_dsn(request.config.stash[RUN_ROOT] / "server")
     prefix = f"rt_{os.getpid()}_{secrets.token_hex(3)}"

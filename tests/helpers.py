@@ -14,10 +14,10 @@ from typing import IO, Any
 import psycopg
 import pytest
 
-from reconciler.cli import main
-from reconciler.loader import load_dir
-from reconciler.models import TaskSpec
-from reconciler.triggers import Schedule, compile_schedule, upcoming
+from reconciler.cli.parser import main
+from reconciler.files.tasks import load_dir
+from reconciler.schedule.triggers import Schedule, compile_schedule, upcoming
+from reconciler.spec.task import TaskSpec
 
 TARGET = {"url": "http://127.0.0.1:9/hook"}
 

@@ -19,7 +19,7 @@ import psutil
 import psycopg
 import pytest
 
-from reconciler.embedded import embedded_dsn
+from reconciler.db.embedded import embedded_dsn
 
 # Tests of the embedded server itself (and of PrivateServer) need pgserver, which has no build
 # for Python 3.13 yet; there the suite runs against RECONCILER_TEST_DSN and these are skipped.

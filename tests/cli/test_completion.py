@@ -124,4 +124,4 @@ def test_light_commands_do_not_load_completion_or_schema(tmp_path: Path) -> None
     (tmp_path / "tasks.d" / "nightly.toml").write_text(TASK)
     for argv in (["validate"], ["next", "--count", "1"], ["--help"]):
         modules = imported_by(argv, tmp_path)
-        assert [m for m in ("shtab", "reconciler.completion", "reconciler.schemafile") if m in modules] == []
+        assert [m for m in ("shtab", "reconciler.cli.completion", "reconciler.spec.jsonschema") if m in modules] == []

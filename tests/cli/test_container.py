@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from reconciler.cli import build_parser
+from reconciler.cli.parser import build_parser
 from tests.cli.packaging import PROJECT, tool
 
 DOCKERFILE = PROJECT / "Dockerfile"

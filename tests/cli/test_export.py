@@ -15,10 +15,10 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 
-from reconciler.cli import main
-from reconciler.export import DEFAULT_OUT_DIR, Placeholders, export_row
-from reconciler.loader import load_dir, load_text, spec_hash
-from reconciler.store import TaskRow
+from reconciler.cli.parser import main
+from reconciler.db.store import TaskRow
+from reconciler.files.tasks import load_dir, load_text, spec_hash
+from reconciler.reconcile.export import DEFAULT_OUT_DIR, Placeholders, export_row
 from tests.cli.test_fuzz_files import boundary_task
 
 INVOICES = """# Nightly invoices (a comment export cannot know about)

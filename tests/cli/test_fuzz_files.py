@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from reconciler import models
-from reconciler.cli import main
-from reconciler.loader import load_text
-from reconciler.triggers import FLOOR, HORIZON, compile_schedule, upcoming
+from reconciler.cli.parser import main
+from reconciler.files.tasks import load_text
+from reconciler.schedule.triggers import FLOOR, HORIZON, compile_schedule, upcoming
+from reconciler.spec import task as models
 
 BASE: dict[str, Any] = {
     "description": "fuzz base",

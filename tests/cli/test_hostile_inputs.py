@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.cli import main
+from reconciler.cli.parser import main
 
 URL = "http://127.0.0.1:9/hook"
 CRON = 'kind = "cron"\nexpr = "0 * * * *"'

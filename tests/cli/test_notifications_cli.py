@@ -14,8 +14,8 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from reconciler.cli import parse
-from reconciler.grants import grants_sql
+from reconciler.cli.parser import parse
+from reconciler.db.grants import grants_sql
 from tests.helpers import cli
 
 TASK = '[trigger]\nkind = "cron"\nexpr = "*/5 * * * *"\n[target]\nurl = "http://127.0.0.1:9/x"\n'

@@ -16,8 +16,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler.models import TaskSpec
-from reconciler.render import colour_wanted, describe_trigger, interval_words
+from reconciler.output.text import colour_wanted
+from reconciler.schedule.describe import describe_trigger, interval_words
+from reconciler.spec.task import TaskSpec
 from tests.helpers import cli
 
 INSTANT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reconciler.store import READ_LOCK_SECONDS, READ_STATEMENT_SECONDS, Store
+from reconciler.db.store import READ_LOCK_SECONDS, READ_STATEMENT_SECONDS, Store
 from tests.helpers import cli
 
 # command line → the table it reads first, and the named query that waits for it

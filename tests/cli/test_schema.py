@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from reconciler.cli import build_parser
-from reconciler.loader import validate_data
-from reconciler.schemafile import KINDS
+from reconciler.cli.parser import build_parser
+from reconciler.files.tasks import validate_data
+from reconciler.spec.jsonschema import KINDS
 
 ROOT = Path(__file__).parent.parent.parent
 TASK_SCHEMA = ROOT / "schema" / "task.schema.json"
@@ -183,7 +183,7 @@ NOTIFIERS = {
     ],
 )
 def test_notifier_files_pass_the_notifier_schema_as_validate_says(text: str, ok: bool, tmp_path: Path) -> None:
-    from reconciler.notifiers import validate_notifier
+    from reconciler.files.notifiers import validate_notifier
 
     assert (validate_notifier("n", "n.toml", text)[0] is not None) == ok
     done = subprocess.run(

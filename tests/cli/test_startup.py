@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import build_parser, resolve
+from reconciler.cli.parser import build_parser, resolve
 
 # Loaded only by the commands that talk to PostgreSQL, fire requests, serve metrics or watch files.
 HEAVY = (
@@ -23,14 +23,14 @@ HEAVY = (
     "prometheus_client",
     "pgserver",
     "watchfiles",
-    "reconciler.engine",
-    "reconciler.store",
+    "reconciler.engine.loop",
+    "reconciler.db.store",
 )
 # Runs main(argv) in a fresh interpreter and writes its exit code and sys.modules to the file named first.
 PROBE = """
 import json, sys
 from pathlib import Path
-from reconciler.cli import main
+from reconciler.cli.parser import main
 try:
     code = main(sys.argv[2:])
 except SystemExit as exc:

@@ -20,7 +20,7 @@ def test_installed_wheel_runs_version_validate_and_plan_against_the_database(tmp
     (wheel,) = dist.glob("reconciler-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         packed = set(archive.namelist())
-    assert {"reconciler/sql/queries.sql", "reconciler/schemata.toml", "reconciler/py.typed"} <= packed
+    assert {"reconciler/db/queries.sql", "reconciler/db/schemata.toml", "reconciler/py.typed"} <= packed
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", venv], tmp_path)

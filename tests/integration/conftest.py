@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from reconciler.engine import Engine, EngineConfig
-from reconciler.metrics import serve_metrics
-from reconciler.store import Store
-from reconciler.targets import Firer
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.targets.http import Firer
+from reconciler.web.metrics import serve_metrics
 from tests.integration.engine_support import SECRET, free_addr
 
 

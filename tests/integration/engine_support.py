@@ -10,9 +10,9 @@ import httpx
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler.apply import apply_tasks
-from reconciler.loader import load_dir
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.files.tasks import load_dir
+from reconciler.reconcile.apply import apply_tasks
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SECRET = "s3cr3t-value-never-stored-7f3a"

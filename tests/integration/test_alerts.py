@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from reconciler.clock import FixedClock
-from reconciler.engine import Engine
-from reconciler.metrics import EngineMetrics
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine
+from reconciler.web.metrics import EngineMetrics
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, scrape, setup

@@ -22,12 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler import apply, loader
-from reconciler.apply import PlanRefused, apply_tasks, load_files, read_plan
-from reconciler.loader import LoadResult, load_dir
-from reconciler.plan import Plan
-from reconciler.planview import plan_json, plan_markdown, plan_text
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.files import tasks as loader
+from reconciler.files.tasks import LoadResult, load_dir
+from reconciler.output.planview import plan_json, plan_markdown, plan_text
+from reconciler.reconcile import apply
+from reconciler.reconcile.apply import PlanRefused, apply_tasks, load_files, read_plan
+from reconciler.reconcile.plan import Plan
 from tests.conftest import SuiteServer, with_db
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reconciler.engine import Engine, EngineConfig
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.errors import DatabaseUnavailable
-from reconciler.store import Store
-from reconciler.targets import Firer, parsed_url
+from reconciler.targets.http import Firer, parsed_url
 from tests.helpers import async_wait_until, leases
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, SECRET, cron, next_run, runs, setup
@@ -576,7 +576,7 @@ async def test_a_pooled_connection_is_checked_on_checkout_unless_used_in_the_las
     """The check is a round trip a busy engine waits a loop turn for; a connection used in the
     last second skips it (a server restart within that second fails one statement, which the
     engine backs off from)."""
-    monkeypatch.setattr("reconciler.store.FRESH_SECONDS", 3600.0)  # "the last second", however loaded the machine
+    monkeypatch.setattr("reconciler.db.store.FRESH_SECONDS", 3600.0)  # "the last second", however loaded the machine
     async with Store(dsn, min_size=1, max_size=1) as store:
         async with store.connection() as conn:
             pid = conn.info.backend_pid
@@ -589,7 +589,7 @@ async def test_a_pooled_connection_is_checked_on_checkout_unless_used_in_the_las
             pid = conn.info.backend_pid
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))  # returns once it is gone
-        monkeypatch.setattr("reconciler.store.FRESH_SECONDS", 0.0)  # as if idle for longer than that
+        monkeypatch.setattr("reconciler.db.store.FRESH_SECONDS", 0.0)  # as if idle for longer than that
         async with store.connection() as conn:  # checked: replaced, and the statement works
             assert conn.info.backend_pid != pid
             await conn.execute("SELECT 1")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import psycopg
 
-from reconciler.apply import apply_tasks
-from reconciler.loader import load_dir
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.files.tasks import load_dir
+from reconciler.reconcile.apply import apply_tasks
 from tests.engines import soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, leases, wait_until
 from tests.httpserver import Recorder

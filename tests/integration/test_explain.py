@@ -7,11 +7,11 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from reconciler.engine import Engine
-from reconciler.explain import TaskState, explain, occurrences_around
-from reconciler.models import TaskSpec
-from reconciler.store import Store
-from reconciler.triggers import compile_schedule
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine
+from reconciler.output.explain import TaskState, explain, occurrences_around
+from reconciler.schedule.triggers import compile_schedule
+from reconciler.spec.task import TaskSpec
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, setup
 

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from reconciler.store import QUERIES, Store
+from reconciler.db.store import QUERIES, Store
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 TASKS = 2_000

@@ -15,9 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler.engine import Engine, EngineConfig
-from reconciler.store import Store
-from reconciler.targets import Firer
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.targets.http import Firer
 from tests.helpers import async_wait_until, leases
 from tests.hostile import Stats, hostile_serving
 from tests.httpserver import Recorder

@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-from reconciler.leader import Lease, leader_only
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.engine.leader import Lease, leader_only
 from tests.helpers import async_wait_until
 
 

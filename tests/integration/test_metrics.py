@@ -14,10 +14,10 @@ import psycopg
 import pytest
 
 from reconciler.clock import FixedClock
-from reconciler.engine import Engine, EngineConfig
-from reconciler.metrics import OUTBOX_GAUGES, EngineMetrics, serve_metrics
-from reconciler.store import Store
-from reconciler.targets import Firer
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.targets.http import Firer
+from reconciler.web.metrics import OUTBOX_GAUGES, EngineMetrics, serve_metrics
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, free_addr, scrape, setup

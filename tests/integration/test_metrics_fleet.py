@@ -17,10 +17,10 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from reconciler import __version__
-from reconciler.engine import Engine, EngineConfig
-from reconciler.metrics import OTHER_TASKS, OUTBOX_GAUGES, Endpoint, serve_metrics
-from reconciler.store import Store
-from reconciler.targets import Firer
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.targets.http import Firer
+from reconciler.web.metrics import OTHER_TASKS, OUTBOX_GAUGES, Endpoint, serve_metrics
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, free_addr, scrape, setup

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import psycopg
 
-from reconciler.engine import Engine, EngineConfig
-from reconciler.notify import late_scan
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.notify.events import late_scan
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW
@@ -238,7 +238,7 @@ async def test_late_waits_at_least_a_minute_when_the_misfire_grace_is_zero(
 async def test_one_notifier_never_takes_more_than_its_share_of_an_engines_slots(
     store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
-    from reconciler.delivery import PER_NOTIFIER
+    from reconciler.notify.delivery import PER_NOTIFIER
 
     url, rec = http
     rec.script("/hang", delay=120)  # past the notifier's timeout: cut off by the stop

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import psycopg
 
-from reconciler.apply import apply_tasks, read_plan
-from reconciler.engine import Engine
-from reconciler.loader import load_dir
-from reconciler.notifiers import load_notifiers
-from reconciler.notify import late_scan
-from reconciler.planview import plan_dict, plan_text
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine
+from reconciler.files.notifiers import load_notifiers
+from reconciler.files.tasks import load_dir
+from reconciler.notify.events import late_scan
+from reconciler.output.planview import plan_dict, plan_text
+from reconciler.reconcile.apply import apply_tasks, read_plan
 from tests.engines import run_cli, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
@@ -216,7 +216,7 @@ async def test_an_event_that_cannot_be_written_never_costs_a_run_its_result(
 async def test_retention_prunes_old_finished_notifications_and_keeps_pending_ones(
     store: Store, dsn: str, tmp_path: Path
 ) -> None:
-    from reconciler.engine import EngineConfig
+    from reconciler.engine.loop import EngineConfig
 
     old, new = NOW - timedelta(days=40), NOW - timedelta(days=1)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -236,8 +236,8 @@ async def test_retention_prunes_old_finished_notifications_and_keeps_pending_one
 async def test_slack_gets_a_readable_message_from_its_secret_url_and_a_refusal_is_final(
     store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
-    from reconciler.engine import EngineConfig
-    from reconciler.targets import Firer
+    from reconciler.engine.loop import EngineConfig
+    from reconciler.targets.http import Firer
 
     url, rec = http
     rec.script("/t", statuses=[503])

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psycopg
 
-from reconciler.engine import Engine, EngineConfig
-from reconciler.store import Store
-from reconciler.targets import Firer
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.targets.http import Firer
 from tests.engines import run_cli, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder

@@ -11,8 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler.cli import main
-from reconciler.revision import CI_COMMIT_VARIABLES
+from reconciler.cli.parser import main
+from reconciler.reconcile.revision import CI_COMMIT_VARIABLES
 from tests.helpers import cli
 
 GIT = ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.com", "-c", "init.defaultBranch=main"]

@@ -11,9 +11,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler.apply import ApplyOptions, PlanRefused, apply_tasks, read_plan
-from reconciler.loader import Task, load_dir
-from reconciler.store import QUERIES, Store
+from reconciler.db.store import QUERIES, Store
+from reconciler.files.tasks import Task, load_dir
+from reconciler.reconcile.apply import ApplyOptions, PlanRefused, apply_tasks, read_plan
 from tests.helpers import async_wait_until
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -13,10 +13,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from reconciler import planview
-from reconciler.apply import apply_tasks, read_plan
-from reconciler.loader import load_dir
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.files.tasks import load_dir
+from reconciler.output import planview
+from reconciler.reconcile.apply import apply_tasks, read_plan
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 NOW = datetime(2026, 10, 20, 8, 0, tzinfo=UTC)

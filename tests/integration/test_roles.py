@@ -16,12 +16,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reconciler.cli import main
+from reconciler.cli.parser import main
 from reconciler.clock import utcnow
-from reconciler.engine import Engine, EngineConfig
-from reconciler.grants import grants_sql
-from reconciler.store import Store
-from reconciler.targets import Firer
+from reconciler.db.grants import grants_sql
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.targets.http import Firer
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, runs, setup
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import psycopg
 
-from reconciler import schema
-from reconciler.store import Store
+from reconciler.db import schema
+from reconciler.db.store import Store
 
 
 async def test_init_twice_is_a_noop(dsn: str) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from reconciler.claim import Claimer
-from reconciler.store import Store
+from reconciler.db.store import Store
+from reconciler.engine.claim import Claimer
 from tests.integration.engine_support import cron, runs, setup
 
 FALL_BACK = datetime(2026, 10, 25, 1, 0, tzinfo=UTC)  # Europe/Berlin: 03:00 CEST becomes 02:00 CET

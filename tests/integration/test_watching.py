@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.store import Store
-from reconciler.watching import apply_files, watch_files
+from reconciler.cli.watch import apply_files, watch_files
+from reconciler.db.store import Store
 from tests.helpers import async_wait_until
 from tests.integration.test_reconcile import applies
 

@@ -14,9 +14,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
-from reconciler.cli import COUNT, KEEP_DAYS, SECONDS, host_port
-from reconciler.loader import FileError, hostile_values, load_dir, scan
-from reconciler.models import (
+from reconciler.cli.parser import COUNT, KEEP_DAYS, SECONDS, host_port
+from reconciler.files.tasks import FileError, hostile_values, load_dir, scan
+from reconciler.schedule.triggers import FLOOR, HORIZON, compile_schedule, upcoming
+from reconciler.spec.task import (
     MAX_CALENDAR_EVERY,
     MAX_INTERVAL_SECONDS,
     MAX_KEEP_RUNS,
@@ -25,7 +26,6 @@ from reconciler.models import (
     check_url,
     is_credential_name,
 )
-from reconciler.triggers import FLOOR, HORIZON, compile_schedule, upcoming
 
 TARGET = {"url": "http://127.0.0.1:9/"}
 CRON = {"kind": "cron", "expr": "* * * * *"}

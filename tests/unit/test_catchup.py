@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.claim import CATCHUP_CAP, ON_TIME_SECONDS, SharedSchedule, decide, due_occurrences
-from reconciler.models import Policy
-from reconciler.triggers import Schedule
+from reconciler.engine.claim import CATCHUP_CAP, ON_TIME_SECONDS, SharedSchedule, decide, due_occurrences
+from reconciler.schedule.triggers import Schedule
+from reconciler.spec.task import Policy
 from tests.helpers import schedule
 from tests.unit.test_cron_oracle import EXPRESSIONS, STARTS, ZONES
 

@@ -1,6 +1,6 @@
 """Property: cron next_fire_time agrees with a brute-force oracle that walks elapsed minutes.
 
-The oracle shares no code with reconciler.triggers: it parses the generated expression
+The oracle shares no code with reconciler.schedule.triggers: it parses the generated expression
 itself, walks UTC minutes, reads each minute's wall clock with zoneinfo and applies the
 SPEC's DST rules directly (gap → the first instant after the gap, overlap → first pass
 unless the hour field is `*`/`*/1` or the minute field begins with `*`).

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from reconciler.explain import TaskState, explain, occurrences_around
-from reconciler.triggers import compile_schedule, dst_warnings
+from reconciler.output.explain import TaskState, explain, occurrences_around
+from reconciler.schedule.triggers import compile_schedule, dst_warnings
 from tests.helpers import fires_iso, schedule, spec
 
 BERLIN, NEW_YORK, LORD_HOWE = "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
-from reconciler.environment import EnvPolicy, EnvProblem, RunSecrets, globs, storable
-from reconciler.models import EnvRef
+from reconciler.cli.parser import main
+from reconciler.spec.environment import EnvPolicy, globs
+from reconciler.spec.task import EnvRef
+from reconciler.targets.secrets import EnvProblem, RunSecrets, storable
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.loader import load_dir, load_text
+from reconciler.files.tasks import load_dir, load_text
 
 BAD = Path(__file__).parent.parent / "fixtures" / "bad" / "tasks.d"
 GOOD = """

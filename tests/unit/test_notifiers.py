@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.claim import decide
-from reconciler.loader import load_dir
-from reconciler.models import Policy
-from reconciler.notifiers import load_notifiers, subscription_errors, validate_notifier
-from reconciler.notify import Ended, State, stateful, transitions
+from reconciler.engine.claim import decide
+from reconciler.files.notifiers import load_notifiers, subscription_errors, validate_notifier
+from reconciler.files.tasks import load_dir
+from reconciler.notify.events import Ended, State, stateful, transitions
+from reconciler.spec.task import Policy
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 SUBS = {"failure": ["oncall"], "recovery": ["oncall"], "lost": ["oncall"]}

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler import planview
-from reconciler.cli import main
-from reconciler.loader import Task, load_dir, load_text
-from reconciler.masking import MASK, mask_spec, mask_text, mask_url
-from reconciler.plan import make_plan
-from reconciler.render import safe
-from reconciler.store import TaskRow, scrub_dsn_echo
+from reconciler.cli.parser import main
+from reconciler.db.store import TaskRow, scrub_dsn_echo
+from reconciler.files.tasks import Task, load_dir, load_text
+from reconciler.output import planview
+from reconciler.output.masking import MASK, mask_spec, mask_text, mask_url
+from reconciler.output.text import safe
+from reconciler.reconcile.plan import make_plan
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 BASE = '[trigger]\nkind = "cron"\nexpr = "@daily"\n[target]\nurl = "http://127.0.0.1:9/x"\n'

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.db.grants import ROLE_COMMANDS, ROLE_PRIVILEGES, grants_sql, privilege_table
+from reconciler.db.schema import load_schemata
+from reconciler.db.store import QUERIES, needed_privileges
 from reconciler.errors import UserError
-from reconciler.grants import ROLE_COMMANDS, ROLE_PRIVILEGES, grants_sql, privilege_table
-from reconciler.schema import load_schemata
-from reconciler.store import QUERIES, needed_privileges
 
 
 def test_every_declared_table_has_its_grants_decided() -> None:

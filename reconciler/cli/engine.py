@@ -1,0 +1,165 @@
+"""The long-running commands: `engine` (claim and fire until SIGTERM) and `up` (apply, watch and fire).
+
+cli.py imports this module only when one of them runs: it brings the engine, aiohttp and psycopg.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from reconciler.cli.commands import err, log, need_tasks_dir, stop_on_signals, with_store
+from reconciler.clock import utc_text, utcnow
+from reconciler.db.embedded import resolve_dsn
+from reconciler.db.store import Store
+from reconciler.engine.claim import Claimed, Report
+from reconciler.engine.loop import Engine, EngineConfig, back_off, default_engine_id
+from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
+from reconciler.logs import setup_logging
+from reconciler.output import text as render
+from reconciler.spec.environment import globs
+from reconciler.targets.http import Outcome
+
+
+async def open_patiently(store: Store, stop: asyncio.Event) -> bool:
+    """Connect (and create the schema) with back-off until the database answers; False if stopped first.
+
+    An engine started during a database cut-over waits instead of exiting: under Kubernetes
+    an exit is a crash loop. /healthz answers 503 meanwhile.
+    """
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            await store.open()
+            await store.init_schema()
+            return True
+        except DatabaseUnavailable as exc:
+            log.warning("database unavailable (%s); retrying in %.1f s", exc, backoff)
+        backoff = await back_off(stop, backoff)
+    return False
+
+
+def engine_config(args: argparse.Namespace, sources: tuple[str, ...]) -> EngineConfig:
+    return EngineConfig(
+        sources=sources,
+        engine_id=args.engine_id or default_engine_id(),
+        batch=args.batch,
+        concurrency=args.concurrency,
+        max_sleep=args.max_sleep,
+        drain_seconds=args.drain_seconds,
+        keep_runs_days=args.keep_runs_days or None,  # 0: keep every run
+        lease_margin=args.lease_margin,
+        max_clock_offset=args.max_clock_offset,
+        allow_env=globs(args.allow_env),
+    )
+
+
+async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event, engine: Engine) -> None:
+    """Serve `engine` (and its metrics endpoint, if asked) until `stop` is set; waits for the database first."""
+    server = None
+    if args.metrics_addr:
+        from reconciler.web.metrics import serve_metrics
+
+        server = await serve_metrics(args.metrics_addr, engine, store)
+    sources = list(engine.config.sources)
+    fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency, "sources": sources}
+    scope = f"sources {', '.join(sources)}" if sources else "every source"
+    log.info("engine %s started (%s)", engine.config.engine_id, scope, extra={"fields": fields})
+    try:
+        if await open_patiently(store, stop):
+            await engine.serve(stop)
+        else:
+            await engine.firer.close()
+    finally:
+        if server is not None:
+            server.close()
+    log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
+
+
+def engine_pool_size(args: argparse.Namespace) -> int:
+    return max(4, min(20, int(args.concurrency) // 10 + 4))
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    setup_logging(args.log_format)
+    config = engine_config(args, args.sources)
+
+    async def run() -> int:
+        store = Store(resolve_dsn(args.dsn, args.tasks_dir), max_size=engine_pool_size(args))
+        engine = Engine(store, config)
+        try:
+            await run_engine(store, args, stop_on_signals(engine), engine)
+        finally:
+            await store.close()
+        return EXIT_OK
+
+    return asyncio.run(run())
+
+
+class RunPrinter:
+    """Engine observer for `up`: one line per run on stdout."""
+
+    def claimed(self, report: Report) -> None:
+        for item in report.recorded:
+            detail = (item.error or "").removeprefix(f"{item.status}: ")  # `skipped (skipped: …)` says it twice
+            self._line(item.task_id, utc_text(item.scheduled_for), item.status, detail)
+
+    def finished(self, claimed: Claimed, outcome: Outcome) -> None:
+        last = outcome.last
+        detail = last.error or f"HTTP {last.http_status}"
+        tries = f", attempt {last.attempt}" if last.attempt > 1 else ""
+        when = "manual run" if claimed.kind == "manual" else utc_text(claimed.scheduled_for)
+        self._line(claimed.task_id, when, outcome.status, f"{detail}, {last.duration_ms} ms{tries}")
+
+    @staticmethod
+    def _line(task_id: str, when: str, status: str, detail: str) -> None:
+        stamp = utcnow().strftime("%H:%M:%S")
+        print(render.safe(f"[{stamp}] run {task_id} @ {when}: {status} ({detail})"), flush=True)
+
+
+def is_run_result(record: logging.LogRecord) -> bool:
+    """A log record of a run's result (its structured fields carry the status)."""
+    fields = getattr(record, "fields", None)
+    return isinstance(fields, dict) and "status" in fields
+
+
+def stop_if_failed(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Set `stop` when `task` died: a dead watcher would leave `up` firing what was applied while edits go unseen."""
+    if not task.cancelled() and task.exception() is not None:
+        stop.set()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Apply, watch and fire in one process: the local development loop."""
+    # Run lines go to stdout; logs only for warnings, unless machine-readable logs are asked for.
+    need_tasks_dir(args)
+    people = args.log_format != "json"
+    setup_logging(args.log_format, logging.WARNING if people else logging.INFO)
+    if people:  # RunPrinter already gave each run its line on stdout
+        logging.getLogger("reconciler.engine").addFilter(lambda record: not is_run_result(record))
+    config = engine_config(args, (args.source,))  # `up` fires its own tasks only, even on a shared database
+
+    async def work(store: Store) -> int:
+        from reconciler.cli.watch import watch_files
+
+        engine = Engine(store, config)
+        stop = stop_on_signals(engine, err if people else None)
+        engine.observers.append(RunPrinter())
+        watched = f"{args.tasks_dir} and {args.notifiers_dir}"
+        print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
+        watcher = asyncio.create_task(watch_files(store, args, stop))
+        watcher.add_done_callback(lambda task: stop_if_failed(task, stop))
+        try:
+            await run_engine(store, args, stop, engine)
+        finally:
+            stop.set()
+            (failure,) = await asyncio.gather(watcher, return_exceptions=True)
+        if isinstance(failure, Exception):
+            if not isinstance(failure, OSError):  # not the system refusing a watch: a bug, whose stack is wanted
+                log.error("the file watcher failed", exc_info=failure)
+            raise UserError(f"the file watcher stopped ({one_line(failure)}); `up` stopped with it: restart it")
+        print("reconciler up: stopped", flush=True)
+        return EXIT_OK
+
+    return with_store(args, work, pool_size=engine_pool_size(args))

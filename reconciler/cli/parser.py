@@ -1,0 +1,356 @@
+"""Command line: argparse only, no logic. `main(argv) -> int`."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
+from reconciler import __version__
+from reconciler.db.embedded import find_tasks_dir
+from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, as_bytes, is_utf8
+from reconciler.logs import error_line, flush_logs
+from reconciler.spec.hosts import HOST_PORT, host_problem
+
+Handler = Callable[[argparse.Namespace], int]
+Number = TypeVar("Number", int, float)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 1: 2 means "changes present" under --detailed-exitcode."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--max-del` is a typo, not --max-deletes
+        super().__init__(**kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """Global options, accepted before or after the command name."""
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument("--tasks-dir", default=default("tasks.d"), help="task files directory (default tasks.d)")
+    parser.add_argument(
+        "--notifiers-dir",
+        default=default(None),
+        help="notifier files directory (default notifiers.d beside the tasks directory)",
+    )
+    parser.add_argument(
+        "--dsn", default=default(None), help="PostgreSQL DSN (else RECONCILER_DSN, DATABASE_URL, embedded)"
+    )
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=default(None),
+        help="ownership label of this repo's tasks (default `default`); `engine` takes it repeatedly: "
+        "claim only those sources' tasks (default: every source)",
+    )
+    parser.add_argument("--log-format", choices=["text", "json"], default=default("text"))
+    parser.add_argument(
+        "--no-color", action="store_true", default=default(False), help="no ANSI colours (as does a non-empty NO_COLOR)"
+    )
+
+
+def bounded(kind: Callable[[str], Number], low: Number, high: Number, above: bool = False) -> Callable[[str], Number]:
+    """An argparse type: a finite `kind` in [low, high] (in (low, high] when `above`)."""
+    noun = "an integer" if kind is int else "a number"
+    limits = f"{'greater than' if above else 'at least'} {low} and at most {high}"
+
+    def parse(text: str) -> Number:
+        try:
+            if not text.isascii() or "_" in text:  # int() reads '٣', '５' and '1_0'; a person means none of them
+                raise ValueError(text)
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not math.isfinite(value) or value < low or value > high or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {limits}")
+        return value
+
+    return parse
+
+
+def revision_name(text: str) -> str:
+    """An argparse type: a revision as git or a person writes it, 1-200 printable characters."""
+    if not 0 < len(text) <= 200 or not text.isprintable() or text != text.strip():
+        raise argparse.ArgumentTypeError("a revision is 1 to 200 printable characters without surrounding spaces")
+    return text
+
+
+def host_port(text: str) -> str:
+    """An argparse type: HOST:PORT with a port 0-65535; an IPv6 host goes in brackets."""
+    match = HOST_PORT.fullmatch(text)
+    if not match or not 0 < len(match.group(2) or "") <= 5 or int(match.group(2)) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port from 0 to 65535")
+    host = match.group(1)
+    problem = host_problem(host) if host else None
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    # Brackets dropped: metrics.serve_metrics splits at the last colon and binds the bare address.
+    return f"{host.strip('[]')}:{int(match.group(2))}"
+
+
+# Option bounds (README, "Input bounds"): generous, but each value stays one the process can act on.
+COUNT = bounded(int, 1, 10_000)  # --count, --concurrency, --batch
+LIMIT = bounded(int, 1, 100_000)
+MAX_DELETES = bounded(int, 0, 1_000_000)
+DEBOUNCE_MS = bounded(int, 0, 600_000)
+KEEP_DAYS = bounded(float, 0.0, 36_500.0)
+KEEP_DAYS_DEFAULT = 30.0
+SECONDS = bounded(float, 0.0, 86_400.0)  # --drain-seconds, --lease-margin
+MAX_SLEEP = bounded(float, 0.0, 3600.0)
+
+
+def _engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--concurrency", type=COUNT, default=100, help="requests in flight in this process")
+    parser.add_argument("--metrics-addr", type=host_port, help="HOST:PORT for /metrics, /healthz and /readyz")
+    parser.add_argument("--engine-id", help="name in scheduler.engines and run rows (default host-pid)")
+    parser.add_argument("--batch", type=COUNT, default=100, help="due tasks claimed per transaction")
+    parser.add_argument("--max-sleep", type=MAX_SLEEP, default=30.0, help="longest sleep between claims (s)")
+    parser.add_argument("--drain-seconds", type=SECONDS, default=30.0, help="wait for in-flight runs on SIGTERM")
+    parser.add_argument(
+        "--keep-runs-days",
+        type=KEEP_DAYS,
+        default=KEEP_DAYS_DEFAULT,
+        help="delete finished runs older than this many days (default 30; 0 keeps every run)",
+    )
+    parser.add_argument(
+        "--lease-margin", type=SECONDS, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
+    )
+    parser.add_argument(
+        "--max-clock-offset",
+        type=SECONDS,
+        default=5.0,
+        help="warn when this machine's clock is further than this off the database's (s, default 5)",
+    )
+    _allow_env(
+        parser,
+        "environment variables tasks may read (glob, repeatable; default: all but RECONCILER_*, DATABASE_URL, PG*)",
+    )
+
+
+def _verdict_options(parser: argparse.ArgumentParser) -> None:
+    """The options that decide whether an apply goes ahead: `plan` takes the same ones, for the same verdict."""
+    parser.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
+    parser.add_argument("--allow-empty", action="store_true", help="allow deleting every task of this source")
+    parser.add_argument(
+        "--max-deletes", type=MAX_DELETES, help="refuse to delete more (default 25%% of this source's tasks)"
+    )
+    parser.add_argument(
+        "--allow-older", action="store_true", help="allow applying a checkout that is behind the live revision"
+    )
+
+
+def _allow_env(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--allow-env", action="append", default=[], metavar="PATTERN", help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="reconciler", description="GitOps scheduler of HTTP calls on PostgreSQL")
+    parser.add_argument("--version", action="version", version=f"reconciler {__version__}")
+    _global_options(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
+        """A command whose `handler` is named "module:function" (see `resolve`)."""
+        child = sub.add_parser(name, help=help_text, allow_abbrev=False)
+        _global_options(child, suppress=True)
+        child.set_defaults(handler=handler)
+        return child
+
+    def fmt(child: argparse.ArgumentParser, *choices: str) -> None:
+        child.add_argument("--format", choices=["text", *choices], default="text")
+
+    validate = add("validate", "cli.commands:cmd_validate", "parse and check every task file (no database)")
+    validate.add_argument(
+        "--env-policy", action="store_true", help="also check that every { env = NAME } is one engines let tasks read"
+    )
+    _allow_env(validate, "with --env-policy: the engines' --allow-env globs (default: all but the engines' own)")
+    validate.add_argument(
+        "--check-env", action="store_true", help="also report every { env = NAME } not set in this environment"
+    )
+    nxt = add("next", "cli.commands:cmd_next", "next fire times per task (no database)")
+    nxt.add_argument("ids", nargs="*", metavar="ID")
+    nxt.add_argument("--count", type=COUNT, default=5)
+    nxt.add_argument("--after", help="ISO date-time to count from (default now; no offset = UTC)")
+    fmt(nxt, "json")
+
+    plan = add(
+        "plan", "cli.commands:cmd_plan", "diff the task files against the database, with apply's verdict (read-only)"
+    )
+    fmt(plan, "json", "markdown")
+    plan.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when there are changes")
+    plan.add_argument("--out", help="save the plan (json) for `apply PLANFILE`")
+    _verdict_options(plan)
+
+    apply = add("apply", "cli.commands:cmd_apply", "apply the diff in one transaction")
+    apply.add_argument("planfile", nargs="?", metavar="PLANFILE")
+    _verdict_options(apply)
+    apply.add_argument(
+        "--revision",
+        type=revision_name,
+        help="the revision applied (default: git HEAD of --tasks-dir, else CI variables)",
+    )
+
+    watch = add("watch", "cli.commands:cmd_watch", "apply whenever the task files change")
+    watch.add_argument("--no-prune", action="store_true")
+    watch.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
+
+    status = add("status", "cli.db:cmd_status", "tasks, next runs, last run status, drift, live engines")
+    fmt(status, "json")
+
+    history = add("history", "cli.db:cmd_history", "applies, newest first: revision, author, counts")
+    history.add_argument("id", nargs="?", metavar="ID", help="only the applies that changed this task")
+    history.add_argument("--limit", type=LIMIT, default=20)
+    fmt(history, "json")
+
+    export = add(
+        "export", "cli.export:cmd_export", "write the database's tasks as new files (never over existing ones)"
+    )
+    export.add_argument("--out-dir", help="directory to write (default exported.d)")
+    export.add_argument("--force", action="store_true", help="overwrite files that already exist in --out-dir")
+
+    _engine_options(add("engine", "cli.engine:cmd_engine", "claim and fire due tasks until SIGTERM"))
+    up = add("up", "cli.engine:cmd_up", "local one-process mode: embedded database, apply, watch and engine")
+    _engine_options(up)
+    up.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
+    up.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
+
+    runs = add("runs", "cli.db:cmd_runs", "run history")
+    runs.add_argument("id", nargs="?", metavar="ID")
+    runs.add_argument("--limit", type=LIMIT, default=50)
+    runs.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "missed", "skipped", "lost"])
+    runs.add_argument(
+        "-v", "--verbose", action="store_true", help="also the engine, the times and the stored response excerpt"
+    )
+    fmt(runs, "json")
+
+    notifications = add(
+        "notifications",
+        "cli.db:cmd_notifications",
+        "notifications, newest first: task, event, notifier, delivery state",
+    )
+    notifications.add_argument("--status", choices=["pending", "delivered", "failed"])
+    notifications.add_argument("--task", metavar="ID", help="only this task's notifications")
+    notifications.add_argument("--limit", type=LIMIT, default=50)
+    fmt(notifications, "json")
+
+    trigger = add("trigger", "cli.db:cmd_trigger", "queue one manual run now (schedule untouched)")
+    trigger.add_argument("id", metavar="ID")
+    trigger.add_argument(
+        "--wait", action="store_true", help="follow the run: print its result, exit 0 if it succeeded, 1 if not"
+    )
+    cancel = add("cancel", "cli.db:cmd_cancel", "cancel a manual run that is still queued")
+    cancel.add_argument("run_id", type=bounded(int, 1, 2**63 - 1), metavar="RUN_ID")
+    add(
+        "down", "cli.db:cmd_down", "stop this project's embedded PostgreSQL (started by any command without --dsn)"
+    )
+
+    explain = add("explain", "cli.db:cmd_explain", "why a task did or did not fire around a time")
+    explain.add_argument("id", metavar="ID")
+    explain.add_argument("--at", help="ISO date-time to explain (default now; no offset = UTC)")
+
+    db = add("db", "cli.db:cmd_db", "database maintenance")
+    db.add_argument(
+        "action", choices=["init", "grants"], help="init: create or upgrade the schema; grants: print GRANTs"
+    )
+    for role in ("planner", "applier", "engine"):
+        db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
+
+    schema = add("schema", "cli.schema:cmd_schema", "print the JSON Schema of task files (for editors and CI)")
+    schema.add_argument("--kind", choices=["task", "notifier"], default="task", help="the kind of file (default task)")
+    completion = add("completion", "cli.completion:cmd_completion", "print a shell completion script")
+    completion.add_argument("shell", metavar="SHELL", help="bash, zsh or fish")
+    return parser
+
+
+def tune_gc() -> None:
+    """Collect the young generation less often, as mypy does: loading 10,000 task files makes
+    ~350,000 long-lived objects, and default thresholds spend ~30 % of a plan in the collector."""
+    gc.set_threshold(100_000, 20, 20)
+
+
+def scope_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--source` as each command takes it: `engine` a set of sources to claim (`args.sources`,
+    empty for every source); the others one ownership label (`args.source`)."""
+    given: list[str] = args.source or []
+    if args.command == "engine":  # `--source a,b` as `--source a --source b`, like --allow-env
+        given = [part.strip() for value in given for part in value.split(",")]
+    for name in given:
+        if not name or not name.isprintable() or len(name) > 200:
+            parser.error(f"--source {name!r}: a source is 1 to 200 printable characters")
+    args.sources = tuple(dict.fromkeys(given))
+    if args.command != "engine" and len(args.sources) > 1:
+        parser.error(f"{args.command} takes one --source (only `engine` claims several)")
+    args.source = given[-1] if given else "default"
+
+
+def beside(folder: str, name: str) -> str:
+    """The path of `name` next to `folder` as written (`--tasks-dir .` has `../name` beside it, not `name`)."""
+    return os.path.normpath(os.path.join(folder, os.pardir, name))
+
+
+def resolve(handler: str) -> Handler:
+    """The function a command's "module:function" names, below `reconciler`.
+
+    Imported only when its command runs: psycopg, aiohttp and the engine take most of a second
+    to import, and `--version`, `--help` and `validate` need none of them.
+    """
+    module, _, name = handler.partition(":")
+    function: Handler = getattr(importlib.import_module(f"reconciler.{module}"), name)
+    return function
+
+
+# The options that name a path: {as shown: attribute}.
+PATH_OPTIONS = {
+    "--tasks-dir": "tasks_dir",
+    "--notifiers-dir": "notifiers_dir",
+    "--out": "out",
+    "--out-dir": "out_dir",
+    "PLANFILE": "planfile",
+}
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with the defaults that depend on other options filled in."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    scope_sources(parser, args)
+    for option, name in PATH_OPTIONS.items():
+        path = getattr(args, name, None)
+        if path is not None and not is_utf8(path):  # every path shown, compared and stored below it is text
+            parser.error(f"{option} {as_bytes(path)}: the path is not UTF-8 text; rename it")
+    args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
+    args.notifiers_required = bool(args.notifiers_dir)  # named: it must be there; the default one is optional
+    args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code."""
+    tune_gc()
+    args = parse(argv)
+    try:
+        code: int = resolve(args.handler)(args)  # in the try: a Ctrl-C during the import exits 130 too
+        return code
+    except UserError as exc:
+        flush_logs()  # the lines logged before it come first
+        print(error_line(str(exc), args.log_format), file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `reconciler plan | head`
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return EXIT_OK
+    finally:
+        flush_logs()

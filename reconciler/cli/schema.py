@@ -1,0 +1,14 @@
+"""`reconciler schema KIND`: the JSON Schema of a kind of file."""
+
+from __future__ import annotations
+
+import argparse
+
+from reconciler.errors import EXIT_OK
+from reconciler.spec.jsonschema import render
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """Print the JSON Schema of a kind of file (`reconciler schema > schema/task.schema.json`)."""
+    print(render(args.kind), end="")
+    return EXIT_OK

@@ -1,0 +1,136 @@
+"""`watch` and `up`: apply the task and notifier files now, then after every (debounced) change to them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from reconciler.cli.commands import err, notifier_files
+from reconciler.clock import utcnow
+from reconciler.db.store import Store
+from reconciler.errors import UserError
+from reconciler.reconcile.revision import detect
+
+Changes = AsyncGenerator[set[tuple[Any, str]], None]
+
+
+async def apply_files(store: Store, args: argparse.Namespace) -> None:
+    """One apply of the task and notifier files for watch/up: errors are reported and nothing is applied."""
+    from reconciler.output import planview
+    from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
+
+    stamp = utcnow().strftime("%H:%M:%S")
+    try:
+        # Loading reads the database too (unchanged files are not parsed): a lost connection is reported alike.
+        loaded = await load_files(store, Path(args.tasks_dir), args.tasks_dir)
+        loaded.notifiers = notifier_files(args)
+        loaded.errors += loaded.notifiers.errors
+        if loaded.errors:
+            for error in loaded.errors:
+                err(str(error))
+            err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
+            return
+        # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
+        options = ApplyOptions(prune=not args.no_prune, revision=detect(Path(args.tasks_dir), None))
+        result = await apply_tasks(store, loaded.tasks, args.source, None, options, loaded.notifiers)
+    except UserError as exc:
+        err(f"[{stamp}] apply refused: {exc}; still watching")
+        return
+    print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
+
+
+def _watchers(args: argparse.Namespace, stop: asyncio.Event) -> tuple[list[Changes], bool]:
+    """The file watchers of --tasks-dir and --notifiers-dir, and whether the latter is there. While it is
+    not, its parent is watched (not below) for it to appear; then the watchers are made anew."""
+    from watchfiles import awatch
+
+    common: dict[str, Any] = {"debounce": args.debounce_ms, "step": 50, "stop_event": stop}
+    notifiers = Path(args.notifiers_dir)
+    if notifiers.is_dir():
+        return [awatch(args.tasks_dir, args.notifiers_dir, recursive=True, **common)], True
+    watchers = [awatch(args.tasks_dir, recursive=True, **common)]
+    parent = notifiers.absolute().parent
+    if parent.is_dir():
+
+        def appears(_: Any, path: str) -> bool:
+            return Path(path).name == notifiers.name
+
+        watchers.append(awatch(parent, recursive=False, watch_filter=appears, **common))
+    return watchers, False
+
+
+async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
+    """Apply now, then after every (debounced) change below --tasks-dir or --notifiers-dir until `stop` is set."""
+    stop = stop or asyncio.Event()
+    while True:
+        # The watchers of this round end when `ended` is set (never by cancelling one: a cancelled
+        # watchfiles watcher sets its stop event, which is the engine's too under `up`).
+        ended = asyncio.Event()
+        relay = asyncio.ensure_future(_set_when(stop, ended))
+        watchers, had_notifiers = _watchers(args, ended)
+        # Each watcher's first step creates it; let them run before the apply, so an edit made while
+        # that apply runs is seen (it waits in the watcher) instead of lost.
+        steps: dict[asyncio.Future[Any], Changes] = {asyncio.ensure_future(anext(w)): w for w in watchers}
+        await asyncio.sleep(0)
+        try:
+            await apply_files(store, args)
+            anew = await _apply_on_changes(store, args, steps, had_notifiers)
+        finally:
+            ended.set()
+            relay.cancel()
+            await asyncio.gather(*steps, return_exceptions=True)
+            for watcher in watchers:
+                with contextlib.suppress(Exception):
+                    await watcher.aclose()
+        if not anew or stop.is_set():
+            return
+        if not Path(args.tasks_dir).is_dir():  # the directory was removed while watched
+            err(f"{args.tasks_dir} is gone; no longer watching it (the database keeps what was applied)")
+            return
+
+
+async def _set_when(first: asyncio.Event, then: asyncio.Event) -> None:
+    await first.wait()
+    then.set()
+
+
+async def _apply_on_changes(
+    store: Store, args: argparse.Namespace, steps: dict[asyncio.Future[Any], Changes], had_notifiers: bool
+) -> bool:
+    """Apply after each change any watcher reports; False once every watcher stopped (`stop`), True when
+    the watchers must be made anew (--notifiers-dir appeared or went, or a watched directory is gone)."""
+    while steps:
+        done, _ = await asyncio.wait(steps, return_when=asyncio.FIRST_COMPLETED)
+        anew = changed = False
+        for step in done:
+            watcher = steps.pop(step)
+            try:
+                step.result()
+            except StopAsyncIteration:  # stopped
+                continue
+            except FileNotFoundError:
+                anew = True
+                continue
+            except Exception as exc:
+                if not _undecodable(exc):
+                    raise
+                anew = True  # that watcher ended; the next round applies, which reports the name
+                continue
+            changed = True
+            steps[asyncio.ensure_future(anext(watcher))] = watcher
+        if anew or Path(args.notifiers_dir).is_dir() != had_notifiers:
+            return True
+        if changed:
+            await apply_files(store, args)
+    return False
+
+
+def _undecodable(exc: Exception) -> bool:
+    """Whether a watcher failed on a changed path that is not UTF-8, which watchfiles cannot name (its
+    error comes alone or, from its task group, in a group)."""
+    found = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)
+    return any(isinstance(one, RuntimeError) and "decode path" in str(one) for one in found)

@@ -1,0 +1,122 @@
+"""Least privilege: what each role needs on schema scheduler, as data, and the GRANTs for it (pure).
+
+Three roles besides the owner (who runs `reconciler db init`): a planner that only reads, an
+applier that writes task rows, and an engine that may move a task's `next_run_at` but never
+its spec, so a leaked engine credential cannot point a task at another URL.
+Advisory locks, LISTEN and NOTIFY need no grant; the runs id is an identity column, so
+INSERT on runs needs no grant on its sequence.
+"""
+
+from __future__ import annotations
+
+import re
+
+from psycopg import sql
+
+from reconciler.db import schema
+from reconciler.errors import UserError
+
+# role → table → privileges; `UPDATE(col, …)` is a column privilege. Tables that schemata.toml does
+# not (yet) declare are left out of the statements.
+ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "planner": {
+        "tasks": ("SELECT",),
+        "runs": ("SELECT",),
+        "engines": ("SELECT",),
+        "applies": ("SELECT",),
+        "notifiers": ("SELECT",),
+        "notifications": ("SELECT",),
+    },
+    "applier": {
+        "tasks": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # a `moved_from` rename carries run history and leases over; `trigger` queues a manual run
+        "runs": ("SELECT", "INSERT", "UPDATE(task_id)"),
+        "run_leases": ("SELECT", "UPDATE(task_id)"),
+        "engines": ("SELECT",),
+        "applies": ("SELECT", "INSERT"),
+        "notifiers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # a deleted notifier's pending events end in the apply that deletes it
+        "notifications": ("SELECT", "UPDATE(status, next_attempt_at, error)"),
+        # a task deleted, or its failure/recovery/lost subscribers changed, starts its failing state afresh
+        "notify_state": ("SELECT", "DELETE"),
+    },
+    "engine": {
+        "tasks": ("SELECT", "UPDATE(next_run_at)"),
+        "runs": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "run_leases": ("SELECT", "INSERT", "DELETE"),
+        "engines": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # notifiers are read, never written: a leaked engine credential cannot redirect them either
+        "notifiers": ("SELECT",),
+        "notifications": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "notify_state": ("SELECT", "INSERT", "UPDATE"),
+        # the leases on fleet-wide work (metrics, the late scan): taken, renewed and read
+        "leader": ("SELECT", "INSERT", "UPDATE"),
+    },
+}
+
+# What each role may run (for the README and the comments of the generated SQL).
+ROLE_COMMANDS: dict[str, str] = {
+    "planner": "plan, status, runs, notifications, explain, export, history",
+    "applier": "the planner's commands, apply, watch, trigger",
+    "engine": "engine",
+}
+
+_PRIVILEGE = re.compile(r"^(SELECT|INSERT|UPDATE|DELETE)(?:\(([^)]*)\))?$")
+
+
+def _privilege(text: str) -> sql.Composable:
+    """`UPDATE(next_run_at)` → UPDATE ("next_run_at"), column names quoted."""
+    match = _PRIVILEGE.match(text)
+    if match is None:
+        raise ValueError(f"not a table privilege: {text!r}")
+    verb, columns = match.groups()
+    if columns is None:
+        return sql.SQL(verb)
+    names = [sql.Identifier(c.strip()) for c in columns.split(",")]
+    return sql.SQL("{} ({})").format(sql.SQL(verb), sql.SQL(", ").join(names))
+
+
+def _checked(role: str) -> str:
+    """A role name PostgreSQL takes as is: it truncates longer names to 63 bytes without an error,
+    and reads `TO "public"`, quoted or not, as every role."""
+    if not role or "\0" in role or len(role.encode()) > 63:
+        raise UserError(f"role name {role!r}: must be 1 to 63 bytes without NUL")
+    if role in ("public", "none"):
+        raise UserError(f"role name {role!r} is reserved in GRANT; name a role of its own")
+    return role
+
+
+def grants_sql(planner: str | None, applier: str | None, engine: str | None) -> str:
+    """The GRANT statements that give each named role (None: skip it) exactly what it needs."""
+    decl = schema.load_schemata()
+    declared = [t.name for t in decl.tables]
+    blocks: list[str] = []
+    for kind, role in (("planner", planner), ("applier", applier), ("engine", engine)):
+        if role is None:
+            continue
+        grantee = sql.Identifier(_checked(role))
+        lines = [f"-- {kind}: {ROLE_COMMANDS[kind]}"]  # not the name: a newline in it would end the comment
+        statements = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(decl.schema), grantee)]
+        tables = ROLE_PRIVILEGES[kind]
+        for table in (t for t in declared if t in tables):
+            statements.append(
+                sql.SQL("GRANT {} ON TABLE {} TO {}").format(
+                    sql.SQL(", ").join(_privilege(p) for p in tables[table]),
+                    sql.Identifier(decl.schema, table),
+                    grantee,
+                )
+            )
+        lines += [s.as_string(None) + ";" for s in statements]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + ("\n" if blocks else "")
+
+
+def privilege_table() -> str:
+    """ROLE_PRIVILEGES as a Markdown table (role × table), for the deployment README."""
+    tables = [t.name for t in schema.load_schemata().tables]
+    tables += sorted({t for grants in ROLE_PRIVILEGES.values() for t in grants} - set(tables))
+    header = ["role", "commands", *(f"`{t}`" for t in tables)]
+    rows = [header, ["---"] * len(header)]
+    for kind, grants in ROLE_PRIVILEGES.items():
+        rows.append([kind, ROLE_COMMANDS[kind], *(", ".join(grants.get(t, ())) or "-" for t in tables)])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)

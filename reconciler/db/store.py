@@ -1,0 +1,479 @@
+"""The only module that talks to PostgreSQL. Named queries live in sql/queries.sql.
+
+psycopg errors that mean "the database is not there" become DatabaseUnavailable here,
+at one boundary, a statement the server cancelled (a timeout) StatementCancelled saying which
+timeout, and a missing privilege PermissionDenied naming what to grant; everything else is a
+bug and propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import re
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from reconciler.db import schema
+from reconciler.errors import DatabaseUnavailable, PermissionDenied, StatementCancelled, one_line
+
+QUERIES_FILE = Path(__file__).with_name("queries.sql")
+# pg_advisory_xact_lock key shared by every apply (and schema upgrade): "reconc" in ASCII.
+APPLY_LOCK_KEY = 0x7265636F6E63
+NOTIFY_CHANNEL = "scheduler_tasks"
+# A pooled connection that completed a statement this recently is not checked on checkout (see _check).
+FRESH_SECONDS = 1.0
+# A read command's bounds (see Store.reading), where the server, the role and the connection set none.
+READ_LOCK_SECONDS = 5.0
+READ_STATEMENT_SECONDS = 30.0
+
+Row = dict[str, Any]
+Conn = AsyncConnection[Row]
+
+
+def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
+    """`-- name: foo` sections of a .sql file → {name: statement}."""
+    queries: dict[str, str] = {}
+    for block in re.split(r"^-- name: ", path.read_text(), flags=re.M)[1:]:
+        name, _, body = block.partition("\n")
+        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+        queries[name.strip()] = "\n".join(lines).strip().rstrip(";")
+    return queries
+
+
+QUERIES = load_queries()
+
+
+# Every timestamptz the database returns comes back in UTC, whatever the session's TimeZone (a
+# server initialized on a host in Europe/Berlin answers in Berlin time): the engine does arithmetic
+# on the database's `now()` and `next_run_at`, and Python's arithmetic on two datetimes of one zone,
+# or a timedelta added to one, is wall-clock arithmetic, an hour off across a DST night.
+class _UtcTimestamptzLoader(TimestamptzLoader):
+    def load(self, data: Any) -> datetime:
+        return super().load(data).astimezone(UTC)
+
+
+class _UtcTimestamptzBinaryLoader(TimestamptzBinaryLoader):
+    def load(self, data: Any) -> datetime:
+        return super().load(data).astimezone(UTC)
+
+
+psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
+psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzBinaryLoader)
+
+
+def redact(dsn: str) -> str:
+    """A DSN without its password, for error messages."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    shown = {k: v for k, v in params.items() if k in ("host", "port", "dbname", "user") and v}
+    return " ".join(f"{k}={v}" for k, v in shown.items()) or "<default>"
+
+
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def scrub_dsn_echo(reason: str, dsn: str) -> str:
+    """libpq's message without any part of the DSN it echoes: the whole DSN, its password, and
+    and any quoted token of an unparsable one (libpq quotes what it could not parse) but option names."""
+    reason = reason.replace(dsn, redact(dsn))
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
+    except psycopg.ProgrammingError:  # keep a quoted option name (`name=` in the DSN), mask the rest
+        return _QUOTED.sub(lambda m: m[0] if _option_name(m[1], dsn) else '"***"', reason)
+    return reason.replace(str(password), "***") if password else reason
+
+
+def _option_name(token: str, dsn: str) -> bool:
+    """Whether libpq's quoted `token` is "=" or an option name (written `name=` in the DSN)."""
+    return token == "=" or re.search(rf"(^|\s){re.escape(token)}\s*=", dsn) is not None
+
+
+def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
+    reason = scrub_dsn_echo(one_line(exc), dsn)
+    return DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact(dsn)}): {reason}; check --dsn / RECONCILER_DSN")
+
+
+GRANTS_HINT = "grant it: see `reconciler db grants`"
+# The tables a statement touches, and how: INSERT INTO / UPDATE / DELETE FROM, else FROM / JOIN (SELECT).
+_TOUCHES = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM|FROM|JOIN)\s+(\w+)\.(\w+)", re.I)
+_DENIED_FOR = re.compile(r"permission denied for (table|schema|sequence) (\S+)")
+
+
+def needed_privileges(statement: str, table: str) -> tuple[str, list[str]]:
+    """How `statement` names `table` (schema-qualified) and the privileges it uses on it, in order."""
+    qualified, needs = table, []
+    for match in _TOUCHES.finditer(statement):
+        if match[3] == table:
+            qualified = f"{match[2]}.{table}"
+            verb = match[1].split()[0].upper()
+            needs.append({"FROM": "SELECT", "JOIN": "SELECT"}.get(verb, verb))
+    if "SELECT" in needs and re.search(r"\bFOR\s+UPDATE\b", statement, re.I):
+        needs.append("UPDATE")  # a row lock needs UPDATE on some column
+    return qualified, list(dict.fromkeys(needs))
+
+
+def _denied(exc: psycopg.errors.InsufficientPrivilege, user: str, query: str | None = None) -> PermissionDenied:
+    """One line: what PostgreSQL refused, the privilege the statement needs, and where the fix is.
+
+    `query` names the statement, or several sent together (`a, b`: any of them may be the one)."""
+    reason = one_line(exc, "permission denied")
+    found = _DENIED_FOR.match(reason)
+    if found and found[1] == "table":
+        statements = "\n".join(QUERIES.get(name, "") for name in (query or "").split(", "))
+        table, privileges = needed_privileges(statements, found[2])
+        needs = f"role {user!r} needs {', '.join(privileges) or 'a privilege'} on {table}"
+    elif found:
+        needs = f"role {user!r} needs USAGE on {found[1]} {found[2]}"
+    else:
+        needs = f"role {user!r} lacks a privilege"
+    where = f" (query {query})" if query else ""
+    return PermissionDenied(f"{reason}: {needs}{where}; {GRANTS_HINT}")
+
+
+# The bounds (ms, by setting name) in force in a read transaction (Store.reading), for its messages.
+_READ_LIMITS: weakref.WeakKeyDictionary[Conn, dict[str, float]] = weakref.WeakKeyDictionary()
+TIMEOUT_HINT = "retry, or allow it longer (PGOPTIONS='-c statement_timeout=120s')"
+
+
+def _cancelled(exc: psycopg.OperationalError, conn: Conn, query: str | None) -> StatementCancelled:
+    """One line for a statement the server cancelled: which timeout, after how long (when a read
+    transaction set it), and on which tables a lock was awaited (those the named queries touch)."""
+    limits = _READ_LIMITS.get(conn, {})
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        statements = "\n".join(QUERIES.get(name, "") for name in (query or "").split(", "))
+        tables = " or ".join(dict.fromkeys(f"{m[2]}.{m[3]}" for m in _TOUCHES.finditer(statements))) or "a table"
+        waited = f" for {limits['lock_timeout'] / 1000:g} s" if "lock_timeout" in limits else ""
+        return StatementCancelled(
+            f"waiting for a lock on {tables}{waited} (lock_timeout): another session holds it (a schema change, "
+            "LOCK TABLE or VACUUM FULL: see pg_locks and pg_stat_activity); retry once it is done"
+        )
+    which = f"query {query}" if query else "a query"
+    if "statement timeout" not in str(exc):  # pg_cancel_backend, or a cancel from this process
+        return StatementCancelled(f"{which} was cancelled by the server: {one_line(exc)}; retry")
+    after = f" after {limits['statement_timeout'] / 1000:g} s" if "statement_timeout" in limits else ""
+    return StatementCancelled(f"{which} timed out{after} (statement_timeout): the database is busy; {TIMEOUT_HINT}")
+
+
+@contextlib.contextmanager
+def _privileges(conn: Conn, query: str) -> Iterator[None]:
+    """Turn a refused named query into PermissionDenied naming what it needs, and a cancelled one
+    into StatementCancelled naming it."""
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise _denied(exc, conn.info.user, query) from None
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+        raise _cancelled(exc, conn, query) from None
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One row of scheduler.tasks (spec parsed on first use)."""
+
+    id: str
+    source: str
+    spec_text: str
+    spec_hash: str
+    enabled: bool
+    timezone: str
+    next_run_at: datetime | None
+    version: str = ""
+    tampered: bool | None = None  # None: no digest to compare (row not written by apply)
+
+    @cached_property
+    def spec(self) -> dict[str, Any]:
+        """The stored spec; one that is not a JSON object (edited by hand) shows as a single `spec` field."""
+        parsed = json.loads(self.spec_text)
+        return parsed if isinstance(parsed, dict) else {"spec": parsed}
+
+    @classmethod
+    def from_row(cls, row: Row) -> TaskRow:
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+class Store:
+    """A connection pool plus the named queries."""
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 10.0) -> None:
+        self.dsn = dsn
+        self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            check=self._check,
+            open=False,
+            kwargs={"row_factory": dict_row, "autocommit": True},
+            connection_class=AsyncConnection[Row],
+        )
+        self._used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+
+    async def _check(self, conn: Conn) -> None:
+        """The pool's check on checkout: after a server restart, a dead pooled connection is replaced
+        instead of failing the statement that drew it. A connection whose last use ended well within
+        FRESH_SECONDS is not checked: the check is a round trip, and on a busy engine every claim and
+        every result batch waited a loop turn for it. (A restart within that second fails one claim,
+        which the engine backs off from and `recover`s.)"""
+        if time.monotonic() - self._used.get(conn, -FRESH_SECONDS) >= FRESH_SECONDS:
+            await AsyncConnectionPool.check_connection(conn)
+
+    async def open(self) -> None:
+        """Check the server answers (with its own error message), then open the pool."""
+        try:
+            probe = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=10)
+            await probe.close()
+            await self.pool.open(wait=True, timeout=15)
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            raise _unavailable(self.dsn, exc) from None
+        except Exception as exc:  # PoolTimeout and friends
+            if exc.__class__.__module__.startswith("psycopg"):
+                raise _unavailable(self.dsn, exc) from None
+            raise
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def recover(self) -> None:
+        """After a fault, replace every broken idle connection at once.
+
+        After a server restart all idle connections are dead; the check on checkout would
+        find them one by one, backing off 1, 2, 4 … s between them, and a claim would wait
+        out the whole pool timeout although the server is back.
+        """
+        with contextlib.suppress(Exception):
+            await self.pool.check()
+
+    async def __aenter__(self) -> Store:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
+        """A pooled connection in autocommit mode; connection failures become DatabaseUnavailable."""
+        try:
+            async with self.pool.connection() as conn:
+                try:
+                    yield conn
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise _denied(exc, conn.info.user) from None
+                except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:  # not named
+                    raise _cancelled(exc, conn, None) from None
+                self._used[conn] = time.monotonic()
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise _unavailable(self.dsn, exc) from None
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Conn]:
+        """One transaction: committed on success, rolled back on any exception."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[Conn]:
+        """A transaction for a read command, bounded: a lock wait of at most READ_LOCK_SECONDS and a
+        statement of at most READ_STATEMENT_SECONDS, unless the server, the role or the connection
+        (PGOPTIONS) set their own, which stand; so `status` behind a migration's lock says so in
+        seconds instead of hanging for minutes."""
+        async with self.transaction() as conn:
+            defaults = {"lock": READ_LOCK_SECONDS * 1000, "statement": READ_STATEMENT_SECONDS * 1000}
+            rows = await self.fetch(conn, "read_limits", {f"{k}_ms": str(round(v)) for k, v in defaults.items()})
+            _READ_LIMITS[conn] = {row["name"]: row["ms"] for row in rows}
+            try:
+                yield conn
+            finally:
+                _READ_LIMITS.pop(conn, None)
+
+    @asynccontextmanager
+    async def pipelined_transaction(self) -> AsyncIterator[Conn]:
+        """One transaction in pipeline mode: its BEGIN goes with the first statements and its COMMIT
+        with the last (see `send`), so a transaction of n round trips of statements takes n, not n + 2."""
+        async with self.connection() as conn, conn.pipeline(), conn.transaction():
+            yield conn
+
+    # ------------------------------------------------------------ generic helpers
+
+    @staticmethod
+    async def fetch(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        with _privileges(conn, name):
+            cursor = await conn.execute(QUERIES[name], params or {})
+            return await cursor.fetchall() if cursor.description else []
+
+    @staticmethod
+    async def execute(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> int:
+        with _privileges(conn, name):
+            cursor = await conn.execute(QUERIES[name], params or {})
+            return cursor.rowcount
+
+    @staticmethod
+    async def execute_many(conn: Conn, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        if params:
+            with _privileges(conn, name):
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(QUERIES[name], params)
+
+    @staticmethod
+    async def pipelined(conn: Conn, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> list[list[Row]]:
+        """The named statements sent together, in order, in one round trip; each one's rows.
+
+        The engine's claim and result writes are chains of short statements: one round trip
+        each would wait on a busy event loop every time."""
+        if not statements:
+            return []
+        with _privileges(conn, ", ".join(name for name, _ in statements)):
+            async with conn.pipeline():
+                cursors = [await Store._queue(conn, name, params) for name, params in statements]
+            return [await c.fetchall() if c.description else [] for c in cursors]
+
+    @staticmethod
+    async def send(conn: Conn, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> list[AsyncCursor[Row]]:
+        """The named statements queued in the pipeline of a `pipelined_transaction`: they go, and their
+        errors and rows come back, with the COMMIT. Their cursors, to read once the transaction's
+        block has ended."""
+        with _privileges(conn, ", ".join(name for name, _ in statements)):
+            return [await Store._queue(conn, name, params) for name, params in statements]
+
+    @staticmethod
+    async def _queue(conn: Conn, name: str, params: Mapping[str, Any]) -> AsyncCursor[Row]:
+        """The named statement sent on a cursor of its own; its rows come back in binary (the
+        engine's claim and result paths: psycopg parses binary timestamps much faster)."""
+        cursor = conn.cursor(binary=True)
+        await cursor.execute(QUERIES[name], params)
+        return cursor
+
+    @staticmethod
+    async def copy(conn: Conn, name: str, rows: Iterable[Sequence[Any]]) -> None:
+        """The named `COPY … FROM STDIN`, one row per item of `rows`."""
+        with _privileges(conn, name):
+            async with conn.cursor() as cursor, cursor.copy(QUERIES[name]) as copy:
+                for row in rows:
+                    await copy.write_row(row)
+
+    # ------------------------------------------------------------ schema
+
+    async def init_schema(self) -> int:
+        """Create or upgrade the schema from schemata.toml; returns the number of statements run.
+
+        Reads the catalog first and writes only when something is missing, so a role without
+        CREATE works on a database its owner initialized.
+        """
+        decl = schema.load_schemata()
+        mark = sql.SQL("COMMENT ON SCHEMA {} IS {}").format(sql.Identifier(decl.schema), sql.Literal(decl.fingerprint))
+        async with self.connection() as conn:
+            found = await self.fetch(conn, "schema_fingerprint", {"schema": decl.schema})
+            if found and found[0]["fingerprint"] == decl.fingerprint:
+                return 0  # initialized from this very declaration: nothing to compare
+            have = await self.compared(conn, decl, await self.existing(conn, decl.schema))
+            if not schema.statements(decl, have):
+                with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # its owner marks it later
+                    await conn.execute(mark)  # up to date: the next start need not compare
+                return 0
+            try:
+                async with conn.transaction():
+                    await self.execute(conn, "lock_key", {"key": APPLY_LOCK_KEY})
+                    now = await self.compared(conn, decl, await self.existing(conn, decl.schema))
+                    todo = schema.statements(decl, now)
+                    for statement in todo:
+                        await conn.execute(statement)
+                    await conn.execute(mark)
+            except psycopg.errors.InsufficientPrivilege:
+                state = "does not exist" if not have.schema else "is out of date"
+                raise PermissionDenied(
+                    f"schema {decl.schema} {state} and role {conn.info.user!r} may not "
+                    f"{'create' if not have.schema else 'upgrade'} it; run `reconciler db init` as the owner"
+                ) from None
+        return len(todo)
+
+    async def existing(self, conn: Conn, name: str = "scheduler") -> schema.Existing:
+        """What the catalog holds of schema `name` (readable by any role that can connect)."""
+        columns: dict[str, set[str]] = {}
+        for row in await self.fetch(conn, "catalog_table_columns", {"schema": name}):
+            columns.setdefault(row["table_name"], set()).add(row["column_name"])
+        shapes = {
+            row["indexname"]: schema.IndexShape(
+                row["table_name"], list(row["columns"]), row["is_unique"], row["btree"], row["predicate"]
+            )
+            for row in await self.fetch(conn, "catalog_indexes", {"schema": name})
+        }
+        checks = {
+            row["conname"]: schema.check_expression(row["definition"])
+            for row in await self.fetch(conn, "catalog_checks", {"schema": name})
+        }
+        present = bool(await self.fetch(conn, "catalog_schema", {"schema": name}))
+        return schema.Existing(present, columns, set(shapes), shapes, checks)
+
+    @staticmethod
+    async def compared(conn: Conn, decl: schema.Schemata, have: schema.Existing) -> schema.Existing:
+        """`have`, knowing which declared and catalog expressions PostgreSQL reads alike: each pair is
+        written back by the planner (EXPLAIN VERBOSE), which deparses both the same way. No DDL.
+
+        A role that may not read a table cannot tell: its expressions count as unchanged (it could not
+        replace them anyway; the owner's `db init` does)."""
+        same: set[tuple[str, str]] = set()
+        for table, pairs in schema.expression_pairs(decl, have).items():
+            ordered = sorted(pairs)
+            listed = [sql.SQL("({})").format(sql.SQL(text)) for pair in ordered for text in pair]
+            query = sql.SQL("EXPLAIN (VERBOSE, COSTS OFF, FORMAT JSON) SELECT {} FROM {}").format(
+                sql.SQL(", ").join(listed), sql.Identifier(decl.schema, table)
+            )
+            try:
+                async with conn.transaction():  # a savepoint inside init's transaction
+                    cursor = await conn.execute(query)
+                    row = await cursor.fetchone()
+            except psycopg.errors.InsufficientPrivilege:
+                same |= pairs
+                continue
+            assert row is not None
+            output = next(iter(row.values()))[0]["Plan"]["Output"]
+            same |= {pair for i, pair in enumerate(ordered) if output[2 * i] == output[2 * i + 1]}
+        return dataclasses.replace(have, same=frozenset(same))
+
+    # ------------------------------------------------------------ tasks
+
+    @classmethod
+    async def tasks(cls, conn: Conn) -> list[TaskRow]:
+        return [TaskRow.from_row(row) for row in await cls.fetch(conn, "tasks_all")]
+
+    @staticmethod
+    def jsonb(value: Any) -> Jsonb:
+        return Jsonb(value)
+
+    @classmethod
+    async def lock_apply(cls, conn: Conn) -> None:
+        await cls.execute(conn, "lock_key", {"key": APPLY_LOCK_KEY})
+
+    @classmethod
+    async def notify(cls, conn: Conn, payload: str) -> None:
+        await cls.execute(conn, "notify_tasks", {"payload": payload})
+
+    async def listen(self) -> AsyncConnection[Any]:
+        """A dedicated autocommit connection LISTENing on scheduler_tasks."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.dsn, exc) from None
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+        return conn
+
+
+DB_FAULTS = (DatabaseUnavailable, psycopg.OperationalError)

@@ -1,0 +1,1 @@
+"""The engine: claims, runs, results, leader lease and the serve loop."""

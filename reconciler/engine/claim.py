@@ -1,0 +1,466 @@
+"""The claim: one transaction that decides what this engine fires now.
+
+Lock due task rows (SKIP LOCKED), decide each due occurrence (fire, missed, skipped: the
+pure `decide`), insert the run rows (ON CONFLICT DO NOTHING), start queued manual runs that
+have a free slot, take leases, advance next_run_at, commit. Only then are requests sent
+(by the runner, `engine.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from reconciler.clock import utc_text
+from reconciler.db.store import Row, Store
+from reconciler.errors import one_line
+from reconciler.notify.events import Ended, Event, claim_events, ended_of, outbox_rows, record_ended
+from reconciler.schedule.triggers import Fire, Schedule, compile_schedule, schedule_key
+from reconciler.spec.notifier import subscriptions
+from reconciler.spec.task import Policy, TaskSpec
+from reconciler.targets.http import idempotency_key, parsed_url
+
+log = logging.getLogger("reconciler.engine")
+
+CATCHUP_CAP = 100  # occurrences recorded per task per claim
+TICK = timedelta(microseconds=1)  # `before` just after an instant: "at or before" it
+MAX_COMPILED = 50_000  # validated specs kept per engine (tasks' specs, not runs: a bound on memory)
+WARM_LIMIT = 20_000  # soon-due tasks looked at per idle moment
+
+Status = Literal["running", "missed", "skipped", "failed"]
+Statement = tuple[str, dict[str, Any]]  # a named query and its parameters
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a claim does with one occurrence."""
+
+    scheduled_for: datetime
+    kind: str  # scheduled | catchup | manual
+    status: Status
+    error: str | None = None
+
+
+def due_occurrences(
+    schedule: Schedule, first: datetime, now: datetime, policy: Policy, cap: int = CATCHUP_CAP
+) -> tuple[list[datetime], datetime | None]:
+    """The due occurrences a claim at `now` decides, oldest first, and the next occurrence to keep due.
+
+    `first` is the task's due next_run_at. Computed, not walked, so after any downtime it costs the
+    same few steps: with coalesce, the newest `cap` up to `now` (the latest fires, the others are
+    coalesced into it); without, the newest `cap` older than the misfire grace (recorded missed) and
+    the oldest `cap` within it (fired oldest first; the next one within the grace stays due for the
+    next claim)."""
+    following = schedule.next_fire_time(first)
+    if following is None or following > now:
+        return [first], following  # the usual claim: one occurrence due
+    if policy.coalesce:
+        return _newest(schedule, first, now + TICK, cap), schedule.next_fire_time(now)
+    floor = now - timedelta(seconds=max(policy.misfire_grace_seconds, ON_TIME_SECONDS))
+    missed: list[datetime] = []
+    moment: datetime | None = first
+    if first < floor:
+        missed = _newest(schedule, first, floor, cap)
+        moment = schedule.next_fire_time(floor - TICK)  # the oldest within the grace
+    fired: list[datetime] = []
+    while moment is not None and moment <= now and len(fired) < cap:
+        fired.append(moment)
+        moment = schedule.next_fire_time(moment)
+    return missed + fired, moment
+
+
+def _newest(schedule: Schedule, first: datetime, before: datetime, cap: int) -> list[datetime]:
+    """The newest `cap` of `first` and the occurrences after it strictly before `before`, oldest first."""
+    found: list[datetime] = []
+    moment = schedule.previous_fire_time(before)
+    while moment is not None and moment > first and len(found) < cap:
+        found.append(moment)
+        moment = schedule.previous_fire_time(moment)
+    if len(found) < cap and first < before:
+        found.append(first)
+    return found[::-1]
+
+
+class SharedSchedule:
+    """One compiled schedule for every task with the same trigger, zone and DST rules, remembering its
+    latest answers: a top-of-the-hour burst asks thousands of tasks' schedules the same two questions."""
+
+    ANSWERS = CATCHUP_CAP + 2  # a catch-up's steps forward within the grace, for every task sharing it
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self._answers: dict[datetime, Fire | None] = {}
+        self._before: dict[datetime, datetime | None] = {}
+
+    def next_fire(self, after: datetime) -> Fire | None:
+        if after in self._answers:
+            return self._answers[after]
+        if len(self._answers) >= self.ANSWERS:
+            self._answers.clear()
+        fire = self._answers[after] = self.schedule.next_fire(after)
+        return fire
+
+    def next_fire_time(self, after: datetime) -> datetime | None:
+        fire = self.next_fire(after)
+        return fire.at if fire else None
+
+    def previous_fire_time(self, before: datetime) -> datetime | None:
+        if before in self._before:
+            return self._before[before]
+        if len(self._before) >= CATCHUP_CAP + 2:  # one catch-up's steps back, for every task sharing it
+            self._before.clear()
+        found = self._before[before] = self.schedule.previous_fire_time(before)
+        return found
+
+
+# A claim is never exactly on time: this much late is on time whatever the grace (a grace of 0 would
+# otherwise miss every occurrence, and page `missed` for each).
+ON_TIME_SECONDS = 1.0
+
+
+def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int) -> list[Decision]:
+    """Misfire grace, coalesce and max_running_instances for one task's due occurrences (pure)."""
+    if not occurrences:
+        return []
+    latest = occurrences[-1]
+    grace = policy.misfire_grace_seconds
+    decisions: list[Decision] = []
+    candidates = occurrences
+    if policy.coalesce:
+        for moment in occurrences[:-1]:
+            late = (now - moment).total_seconds()
+            note = f"coalesced into the run for {utc_text(latest)} (late by {late:.0f} s)"
+            decisions.append(Decision(moment, "catchup", "missed", note))
+        candidates = [latest]
+    for moment in candidates:  # oldest first: catch-up runs count against the instance limit too
+        kind = "scheduled" if moment == latest else "catchup"
+        late = (now - moment).total_seconds()
+        if late > max(grace, ON_TIME_SECONDS):
+            note = f"missed: claimed late by {late:.0f} s, more than misfire_grace_seconds = {grace}"
+            decisions.append(Decision(moment, kind, "missed", note))
+        elif free_slots > 0:
+            decisions.append(Decision(moment, kind, "running"))
+            free_slots -= 1
+        else:
+            note = f"skipped: max_running_instances = {policy.max_running_instances} already running"
+            decisions.append(Decision(moment, kind, "skipped", note))
+    return sorted(decisions, key=lambda d: d.scheduled_for)
+
+
+@dataclass
+class Claimed:
+    """A run this engine must fire."""
+
+    run_id: int
+    task_id: str
+    scheduled_for: datetime
+    kind: str
+    spec: TaskSpec
+    deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
+
+    @property
+    def key(self) -> str:
+        """The Idempotency-Key: the occurrence's, or the manual run's own."""
+        return idempotency_key(self.task_id, self.scheduled_for, self.run_id if self.kind == "manual" else None)
+
+
+@dataclass
+class Report:
+    """What one claim (and, for run_once, its firing) did."""
+
+    claimed_tasks: int = 0
+    fired: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    missed: int = 0
+    skipped: int = 0
+    lost: int = 0
+    duplicates: int = 0  # occurrences already recorded (the ON CONFLICT guard)
+    seconds: float = 0.0  # how long the claim transaction took
+    runs: list[Claimed] = field(default_factory=list)
+    recorded: list[Recorded] = field(default_factory=list)  # rows the claim finished itself
+
+    def record(self, task_id: str, scheduled_for: datetime, status: str, error: str | None) -> None:
+        """A run row that ended in the claim (missed, skipped, failed, lost)."""
+        self.recorded.append(Recorded(task_id, scheduled_for, status, error))
+        if status in ("missed", "skipped", "failed", "lost"):
+            setattr(self, status, getattr(self, status) + 1)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A run the claim recorded as terminal without firing it."""
+
+    task_id: str
+    scheduled_for: datetime
+    status: str
+    error: str | None
+
+
+def log_recorded(recorded: list[Recorded]) -> None:
+    """One WARNING per task and status for runs a claim ended without firing (lost, missed,
+    failed), INFO for skipped ones (the policy at work): a catch-up of 100 misses is one line."""
+    groups: dict[tuple[str, str], list[Recorded]] = {}
+    for item in recorded:
+        groups.setdefault((item.task_id, item.status), []).append(item)
+    for (task_id, status), items in groups.items():
+        newest = items[-1]
+        when = utc_text(newest.scheduled_for)
+        log.log(
+            logging.INFO if status == "skipped" else logging.WARNING,
+            "task %s: %d run(s) %s (newest scheduled for %s): %s",
+            task_id,
+            len(items),
+            status,
+            when,
+            newest.error or "-",
+            extra={
+                "fields": {
+                    "task_id": task_id,
+                    "status": status,
+                    "count": len(items),
+                    "scheduled_for": newest.scheduled_for.astimezone(UTC).isoformat(),
+                    "error": newest.error,
+                }
+            },
+        )
+
+
+def lease_seconds(spec: TaskSpec, margin: float = 30.0) -> float:
+    """How long a run may hold its slot: every attempt's timeout, every backoff, jitter, a margin."""
+    policy = spec.policy
+    attempts = policy.retries + 1
+    return float(spec.target.timeout_seconds) * attempts + policy.backoff_total + policy.jitter_seconds + margin
+
+
+class Claimer:
+    """Runs the claim transaction for one engine; caches each task's compiled spec by its stored text."""
+
+    def __init__(
+        self, store: Store, engine_id: str, batch: int, sources: tuple[str, ...] = (), lease_margin: float = 30.0
+    ) -> None:
+        self.store = store
+        self.engine_id = engine_id
+        self.batch = batch
+        self.sources = sources
+        self.lease_margin = lease_margin
+        # task id → (64-bit hash of the stored spec text, spec, schedule): the text's hash, not
+        # spec_hash, decides whether the cached spec is the row's (a hand edit of `spec` alone changes
+        # no spec_hash). The claim reads the hash of every due row and the text of only those not
+        # compiled yet: a burst's claim result is a tenth of the bytes, which a busy event loop reads
+        # in as many fewer turns.
+        self._compiled: dict[str, tuple[int, TaskSpec, Schedule]] = {}
+        self._schedules: dict[str, SharedSchedule] = {}  # schedule_key → the schedule its tasks share
+
+    def _cold(self, rows: list[Row]) -> list[str]:
+        """The ids of rows (id, spec_key) whose stored spec is not the one compiled."""
+        return [r["id"] for r in rows if self._compiled.get(r["id"], (None,))[0] != r["spec_key"]]
+
+    def _compile(self, task_id: str, spec_key: int, texts: Mapping[str, str]) -> tuple[TaskSpec, Schedule]:
+        """The task's spec and schedule, validated once per stored text (a changed task replaces its
+        entry); `texts` holds the stored text of every task `_cold` named."""
+        cached = self._compiled.get(task_id)
+        if cached is None or cached[0] != spec_key:
+            spec = TaskSpec.model_validate_json(texts[task_id])
+            with contextlib.suppress(ValueError):  # one the client refuses fails its run when fired
+                parsed_url(spec.target.url)  # parsed here, in idle time when warming, not per request
+            if cached is None and len(self._compiled) >= MAX_COMPILED:
+                for old in list(self._compiled)[: MAX_COMPILED // 2]:  # the oldest half: recompiled when due
+                    del self._compiled[old]
+            key = schedule_key(spec)
+            shared = self._schedules.get(key)
+            if shared is None:
+                if len(self._schedules) >= MAX_COMPILED:
+                    self._schedules.clear()
+                shared = self._schedules[key] = SharedSchedule(compile_schedule(spec))
+            cached = self._compiled[task_id] = (spec_key, spec, shared)
+        return cached[1], cached[2]
+
+    async def warm(self, until: datetime, budget: float) -> int:
+        """Validate ahead, in idle time, the specs of tasks due before `until` that are not compiled yet,
+        so that a burst's claim only decides; at most `budget` seconds. The number compiled."""
+        deadline = time.monotonic() + budget
+        scope = {"until": until, "limit": WARM_LIMIT, "sources": list(self.sources)}
+        async with self.store.connection() as conn:
+            due = await Store.fetch(conn, "tasks_due_before", scope)
+            cold = self._cold(due)
+            rows = await Store.fetch(conn, "tasks_specs", {"ids": cold}) if cold else []
+        for count, row in enumerate(rows, 1):
+            with contextlib.suppress(Exception):  # a spec that does not validate fails its run in the claim
+                self._compile(row["id"], row["spec_key"], {row["id"]: row["spec_text"]})
+            if count % 50 == 0:
+                if time.monotonic() >= deadline:
+                    return count
+                await asyncio.sleep(0)  # runs in flight go on meanwhile
+        return len(rows)
+
+    async def claim(self, at: datetime | None, limit: int | None = None, finished: Sequence[int] = ()) -> Report:
+        """One transaction: record the due occurrences and queued manual runs, take leases, advance.
+
+        `at` is None but in tests: what is due, which leases have expired and how late each occurrence
+        is are judged by the database's clock (the transaction's now()), never by this engine's.
+
+        Its statements go in four round trips (Store.pipelined): BEGIN and what is due; the task
+        locks, their leases and the specs not compiled yet; the run rows; the leases, the next run
+        times and COMMIT.
+        `finished`: runs of this engine that ended but whose results are not written yet (their
+        leases are not counted against their tasks' max_running_instances)."""
+        started = time.perf_counter()
+        report = Report()
+        scope = {"now": at, "batch": limit or self.batch, "sources": list(self.sources)}
+        async with self.store.pipelined_transaction() as conn:
+            clock, lost, due, queued = await Store.pipelined(
+                conn,
+                [("clock_now", scope), ("runs_mark_lost", scope), ("claim_due", scope), ("claim_queued", scope)],
+            )
+            now: datetime = clock[0]["now"]  # the statements after these are given the same instant
+            for row in lost:
+                report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
+            await record_ended(conn, lost_ends(lost), now)
+            ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
+            held: dict[str, int] = {}
+            texts: dict[str, str] = {}  # the stored text of due tasks not compiled yet, read under their locks
+            if ids:
+                cold = self._cold(due)
+                fetch: list[Statement] = [("tasks_specs", {"ids": cold})] if cold else []
+                _, leases, *fetched = await Store.pipelined(
+                    conn,
+                    [
+                        ("lock_tasks", {"ids": ids}),
+                        ("leases_held", {"ids": ids, "now": now, "finished": list(finished)}),
+                        *fetch,
+                    ],
+                )
+                held = {r["task_id"]: r["held"] for r in leases}
+                texts.update((r["id"], r["spec_text"]) for rows in fetched for r in rows)
+            report.claimed_tasks = len(due)
+            inserts: list[tuple[str, Decision]] = []
+            advance: dict[str, datetime | None] = {}
+            specs: dict[str, TaskSpec] = {}
+            events: list[Event] = []
+            for row in due:
+                task_id = row["id"]
+                try:
+                    spec, schedule = self._compile(task_id, row["spec_key"], texts)
+                    free = spec.policy.max_running_instances - held.get(task_id, 0)
+                    occurrences, following = due_occurrences(schedule, row["next_run_at"], now, spec.policy)
+                    decisions = decide(occurrences, now, spec.policy, free)
+                except Exception as exc:  # one task's stored spec must not stop the claim of the others
+                    reason = f"invalid stored spec: {one_line(exc)}"
+                    inserts.append((task_id, Decision(row["next_run_at"], "scheduled", "failed", reason)))
+                    advance[task_id] = None
+                    continue
+                specs[task_id] = spec
+                if spec.notify is not None:
+                    missed = [d.scheduled_for for d in decisions if d.status == "missed"]
+                    events += claim_events(spec, task_id, occurrences, missed, now)
+                held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
+                inserts.extend((task_id, d) for d in decisions)
+                advance[task_id] = following
+            manual, starts = self._start_manual(queued, held, now, report)
+            specs.update((run.task_id, run.spec) for run in manual)
+            lease_for = {task_id: lease_seconds(spec, self.lease_margin) for task_id, spec in specs.items()}
+            leased_at = time.monotonic()
+            statements = [*self._insert_runs(inserts, lease_for, now), *starts]
+            statements += self._take_leases(manual, lease_for, now)
+            if advance:
+                statements.append(("tasks_advance", {"ids": list(advance), "nexts": list(advance.values())}))
+            if events:  # last: the first statement's rows are the runs inserted (see below)
+                subs_of = {e.task_id: subscriptions(specs[e.task_id].normalized()) for e in events}
+                statements.append(("notifications_insert", outbox_rows(events, subs_of, now)))
+            sent = await Store.send(conn, statements)
+        # Committed: the inserted rows came back with the COMMIT, in the same round trip.
+        report.runs.extend(self._claimed(inserts, await sent[0].fetchall() if inserts else [], specs, report))
+        report.runs.extend(manual)
+        for run in report.runs:
+            # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
+            run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2
+        report.fired = len(report.runs)
+        report.seconds = time.perf_counter() - started
+        log_recorded(report.recorded)
+        return report
+
+    def _insert_runs(
+        self, inserts: list[tuple[str, Decision]], leases: Mapping[str, float], now: datetime
+    ) -> list[Statement]:
+        """The run rows of the decisions, and the leases of those that run, in one statement (none
+        for no decisions): the claim's last round trip carries its COMMIT too."""
+        if not inserts:
+            return []
+        params = {
+            "engine_id": self.engine_id,
+            "now": now,
+            "task_ids": [t for t, _ in inserts],
+            "scheduled": [d.scheduled_for for _, d in inserts],
+            "kinds": [d.kind for _, d in inserts],
+            "statuses": [d.status for _, d in inserts],
+            "errors": [d.error for _, d in inserts],
+            "lease_ids": list(leases),
+            "lease_seconds": list(leases.values()),
+        }
+        return [("runs_insert", params)]
+
+    @staticmethod
+    def _claimed(
+        inserts: list[tuple[str, Decision]], rows: list[Row], specs: dict[str, TaskSpec], report: Report
+    ) -> list[Claimed]:
+        """The inserted rows to fire; the others were recorded finished (missed, skipped, failed)."""
+        report.duplicates += len(inserts) - len(rows)
+        claimed: list[Claimed] = []
+        for row in rows:
+            task_id, decision = inserts[row["n"] - 1]
+            if decision.status == "running":
+                claimed.append(Claimed(row["id"], task_id, decision.scheduled_for, decision.kind, specs[task_id]))
+            else:
+                report.record(task_id, decision.scheduled_for, decision.status, decision.error)
+        return claimed
+
+    def _start_manual(
+        self, queued: list[Row], held: dict[str, int], now: datetime, report: Report
+    ) -> tuple[list[Claimed], list[Statement]]:
+        """The queued manual runs that start now (a task with a free slot), and their statements."""
+        claimed: list[Claimed] = []
+        statements: list[Statement] = []
+        for row in queued:
+            task_id = row["task_id"]
+            status, error = "running", None
+            try:
+                spec, _ = self._compile(task_id, row["spec_key"], {task_id: row["spec_text"]})
+            except Exception as exc:  # as in the scheduled claim: this run fails, the others go on
+                status, error = "failed", f"invalid stored spec: {one_line(exc)}"
+            else:
+                if held.get(task_id, 0) >= spec.policy.max_running_instances:
+                    continue  # a manual run is never skipped: it stays queued until a slot is free
+            params = {"status": status, "engine_id": self.engine_id, "now": now, "error": error}
+            statements.append(("runs_start_manual", {**params, "run_id": row["run_id"]}))
+            if status == "running":
+                held[task_id] = held.get(task_id, 0) + 1
+                claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], "manual", spec))
+            else:
+                report.record(task_id, row["scheduled_for"], status, error)
+        return claimed, statements
+
+    def _take_leases(self, runs: list[Claimed], leases: Mapping[str, float], now: datetime) -> list[Statement]:
+        """The statement taking the leases of started manual runs (none for none)."""
+        if not runs:
+            return []
+        params = {"engine_id": self.engine_id, "now": now, "seconds": [leases[run.task_id] for run in runs]}
+        ids = {"task_ids": [c.task_id for c in runs], "run_ids": [c.run_id for c in runs]}
+        return [("leases_insert", {**params, **ids})]
+
+
+def lost_ends(lost: Sequence[Row]) -> list[Ended]:
+    """The runs a claim found lost whose tasks hear of it (`lost`, and `recovery` after)."""
+    ends = []
+    for row in lost:
+        found = ended_of(None, row["notify"])
+        if found is not None:
+            detail = {"error": row["error"]}
+            ends.append(Ended(row["task_id"], row["id"], row["scheduled_for"], "lost", *found, detail=detail))
+    return ends

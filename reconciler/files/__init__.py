@@ -1,0 +1,1 @@
+"""Declared directories read into specs, or one-line errors naming file, key and fix."""

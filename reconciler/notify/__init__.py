@@ -1,0 +1,1 @@
+"""Notifications: events of runs (pure), the outbox, delivery."""

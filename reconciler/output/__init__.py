@@ -1,0 +1,1 @@
+"""Renderings for people and machines: plan views, tables, explain, masking."""

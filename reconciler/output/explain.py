@@ -1,0 +1,185 @@
+"""`reconciler explain ID --at T`: why a task did or did not fire around T (pure; the command reads the rows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from reconciler.clock import utc_text, when_text
+from reconciler.schedule.describe import describe_trigger, fire_line
+from reconciler.schedule.triggers import Fire, Schedule, compile_schedule, resolve_window_time
+from reconciler.spec.task import TaskSpec
+
+AROUND = 3  # occurrences shown on each side of T
+LOOKBACK = (timedelta(hours=1), timedelta(days=1), timedelta(days=8), timedelta(days=32), timedelta(days=367))
+MAX_STEPS = 20_000
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """The task row as the engine sees it."""
+
+    id: str
+    spec: TaskSpec
+    enabled: bool
+    next_run_at: datetime | None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def occurrences_around(schedule: Schedule, at: datetime, count: int = AROUND) -> list[Fire]:
+    """Up to `count` occurrences at or before `at` and `count` after it, ascending."""
+    before: list[Fire] = []
+    for back in LOOKBACK:
+        before = _walk(schedule, at - back, at, limit=None)
+        if len(before) >= count:
+            break
+    after = _walk(schedule, at, None, limit=count)
+    return before[-count:] + after
+
+
+def span(shown: list[Fire], at: datetime) -> tuple[datetime, datetime]:
+    """The instants whose runs an explanation needs: the shown occurrences and T, or a day around T."""
+    if not shown:
+        return at - timedelta(days=1), at + timedelta(days=1)
+    return min(shown[0].at, at) - timedelta(seconds=1), max(shown[-1].at, at) + timedelta(seconds=1)
+
+
+def _walk(schedule: Schedule, start: datetime, stop: datetime | None, limit: int | None) -> list[Fire]:
+    """Occurrences after `start` (and at or before `stop`), at most `limit` of them."""
+    found: list[Fire] = []
+    cursor = start
+    for _ in range(MAX_STEPS):
+        fire = schedule.next_fire(cursor)
+        if fire is None or (stop is not None and fire.at > stop):
+            break
+        found.append(fire)
+        if limit is not None and len(found) >= limit:
+            break
+        cursor = fire.at
+    return found
+
+
+def _skipped_by_gap_policy(spec: TaskSpec, shown: list[Fire]) -> list[Fire]:
+    """Occurrences that `policy.dst_gap = "skip"` removed from the span shown."""
+    if spec.policy.dst_gap != "skip" or spec.trigger.kind not in ("cron", "calendar") or not shown:
+        return []
+    policy = spec.policy.model_copy(update={"dst_gap": "shift"})
+    shifted = compile_schedule(spec.model_copy(update={"policy": policy}))
+    kept = {f.at for f in shown}
+    unskipped = _walk(shifted, shown[0].at - timedelta(seconds=1), shown[-1].at, limit=None)
+    return [f for f in unskipped if f.at not in kept and f.note]
+
+
+def _run_text(run: dict[str, Any]) -> str:
+    late = (run["claimed_at"] - run["scheduled_for"]).total_seconds() if run.get("claimed_at") else None
+    parts = [str(run["status"])]
+    if run.get("http_status") is not None:
+        parts.append(f"HTTP {run['http_status']}")
+    if run.get("attempt"):
+        parts.append(f"attempt {run['attempt']}")
+    if late is not None and run["status"] != "queued":
+        parts.append(f"claimed {late:.1f} s after due" + (f" by {run['engine_id']}" if run.get("engine_id") else ""))
+    text = ", ".join(parts)
+    return f"{text}: {run['error']}" if run.get("error") else text
+
+
+def _missing_text(task: TaskState, fire: Fire, now: datetime) -> str:
+    if not task.enabled:
+        return "no run: the task is disabled (disabled time is not caught up)"
+    if fire.at > now:
+        return "upcoming" + (" (next_run_at)" if task.next_run_at == fire.at else "")
+    if task.next_run_at is not None and fire.at >= task.next_run_at:
+        return "due, not claimed yet: is an engine running? (`reconciler status` lists live engines)"
+    if task.created_at is not None and fire.at < task.created_at:
+        return f"no run: the task did not exist yet (created {utc_text(task.created_at)})"
+    changed = f"; last changed {utc_text(task.updated_at)}" if task.updated_at else ""
+    return (
+        "no run recorded: next_run_at had already moved past it (a retiming or re-enabling recomputes "
+        f"from then{changed}; or more than 100 occurrences fell due in one claim)"
+    )
+
+
+def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: datetime, now: datetime) -> list[str]:
+    """The explanation, one line per fact; `shown` is occurrences_around(T), `runs` those in span(shown, T)."""
+    spec = task.spec
+    zone = ZoneInfo(spec.timezone)
+    policy = spec.policy
+    lines = [f"{task.id} — {describe_trigger(spec)}"]
+    lines.append(
+        "  enabled: yes"
+        if task.enabled
+        else "  enabled: no — a disabled task never fires; enabling it recomputes next_run_at from then"
+    )
+    lines.append(f"  next_run_at: {_when(task.next_run_at, zone)}")
+    lines.append(
+        f"  policy: misfire_grace_seconds = {policy.misfire_grace_seconds}, coalesce = {str(policy.coalesce).lower()}, "
+        f"max_running_instances = {policy.max_running_instances}, retries = {policy.retries}"
+    )
+    window = _window_note(spec, at)
+    if window:
+        lines.append(f"  window: {window}")
+    lines.append(f"around {_when(at, zone)}:")
+    by_time = {r["scheduled_for"]: r for r in runs if r["kind"] != "manual"}
+    marked = False
+    for fire in shown:
+        if not marked and fire.at > at:
+            lines.append(f"  ---- {utc_text(at)} (T)")
+            marked = True
+        run = by_time.get(fire.at)
+        outcome = _run_text(run) if run else _missing_text(task, fire, now)
+        lines.append(f"  {fire_line(fire, zone)}  → {outcome}")
+        lines += _under(run)
+    if not shown:
+        lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
+    for fire in _skipped_by_gap_policy(spec, shown):
+        lines.append(f'  {fire_line(fire, zone)}  → no run: policy.dst_gap = "skip"')
+    manual = [r for r in runs if r["kind"] == "manual"]
+    for run in manual:
+        lines.append(f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run)}")
+        lines += _under(run)
+    return lines
+
+
+def _under(run: dict[str, Any] | None) -> list[str]:
+    """Under a run's line: its stored response excerpt and the notifications it caused (the command
+    masks and escapes every line)."""
+    if run is None:
+        return []
+    excerpt = run.get("response_excerpt")
+    lines = [f"      response: {excerpt}"] if excerpt else []
+    return lines + [f"      {notified_line(note)}" for note in run.get("notifications", [])]
+
+
+def notified_line(note: dict[str, Any]) -> str:
+    """A notification a run caused: `notified oncall: delivered`, `… pending (attempt 2, HTTP 500: timed out)`;
+    a delivered one names its attempt only when it took more than one, and no earlier attempt's error."""
+    attempts = note["attempts"] or 0
+    if note["status"] == "delivered":
+        detail = f"attempt {attempts}" if attempts > 1 else ""
+    else:
+        facts = [f"attempt {attempts}"] if attempts else []
+        facts += [f"HTTP {note['http_status']}"] if note.get("http_status") is not None else []
+        detail = ": ".join(part for part in (", ".join(facts), note.get("error") or "") if part)
+    return f"notified {note['notifier']}: {note['status']}" + (f" ({detail})" if detail else "")
+
+
+def _when(moment: datetime | None, zone: ZoneInfo) -> str:
+    return "none (disabled, or no further occurrence)" if moment is None else when_text(moment, zone)
+
+
+def _window_note(spec: TaskSpec, at: datetime) -> str | None:
+    trigger = spec.trigger
+    if trigger.kind == "once" or (trigger.start_at is None and trigger.end_at is None):
+        return None
+    zone = ZoneInfo(spec.timezone)
+    start = resolve_window_time(trigger.start_at, zone, "trigger.start_at") if trigger.start_at else None
+    end = resolve_window_time(trigger.end_at, zone, "trigger.end_at") if trigger.end_at else None
+    text = f"from {_when(start, zone) if start else 'the beginning'} until {_when(end, zone) if end else 'forever'}"
+    if start is not None and at < start:
+        return text + " — T is before the window opens"
+    if end is not None and at >= end:
+        return text + " — T is after the window closed (end_at is exclusive)"
+    return text

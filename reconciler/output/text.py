@@ -1,0 +1,206 @@
+"""Renderings for people and machines: `next` listings, instants, tables, status and run lines.
+
+Text output writes every instant one way, `2026-12-03 09:55:00 UTC` (utc_text), next to the
+task's local time where that differs (when_text); json keeps ISO 8601 with an offset (iso).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
+from zoneinfo import ZoneInfo
+
+from reconciler.clock import utc_text
+from reconciler.files.tasks import Task
+from reconciler.schedule.describe import describe_trigger, fire_line
+from reconciler.schedule.triggers import Fire
+
+# A due task is claimed within a second or two while an engine runs; this much later means none is claiming it.
+OVERDUE_SECONDS = 60
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------- instants
+
+
+
+
+def next_text(rows: list[tuple[Task, list[Fire]]]) -> str:
+    out: list[str] = []
+    for task, fires in rows:
+        zone = ZoneInfo(task.spec.timezone)
+        state = "" if task.spec.enabled else "  (disabled)"
+        out.append(f"{task.id}  — {describe_trigger(task.spec)}{state}")
+        if not fires:
+            out.append("  no further occurrences")
+        out.extend(f"  {fire_line(fire, zone)}" for fire in fires)
+    return "\n".join(out)
+
+
+def next_json(rows: list[tuple[Task, list[Fire]]]) -> str:
+    data = [
+        {
+            "id": task.id,
+            "fire_times": [f.at.astimezone(ZoneInfo(task.spec.timezone)).isoformat() for f in fires],
+            "dst": [f"{f.at.astimezone(UTC).isoformat()}: {f.note}" for f in fires if f.note],
+        }
+        for task, fires in rows
+    ]
+    return json.dumps(data, indent=2)
+
+
+def iso(moment: datetime | None) -> str | None:
+    """ISO text of an aware datetime (UTC), or None."""
+    return moment.astimezone(UTC).isoformat() if moment else None
+
+
+def json_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Database rows for `--format json`: datetimes as ISO text (UTC)."""
+    return [{k: iso(v) if isinstance(v, datetime) else v for k, v in row.items()} for row in rows]
+
+
+# ---------------------------------------------------------------- safe text
+
+# C0 and C1 controls, DEL, and the bidi overrides that reorder what a terminal or browser shows.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(text: str) -> str:
+    """`text` with every control character as a visible escape (\\x1b, \\n): no raw ESC reaches a terminal."""
+    return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+
+
+def history_line(row: dict[str, Any]) -> str:
+    """One apply for `reconciler history`."""
+    counts = row["counts"] if isinstance(row["counts"], dict) else {}
+    done = (
+        ", ".join(f"{counts[k]} {k}d" if k != "drift" else f"{counts[k]} drifted" for k in counts if counts[k])
+        or "no changes"
+    )
+    rev = row["revision"] or "(no revision)"
+    who = f" by {row['author']}" if row["author"] else ""
+    ref = f" [{row['reference']}]" if row["reference"] else ""
+    msg = f": {row['message']}" if row["message"] else ""
+    op = f" ({row['op']})" if row.get("op") else ""
+    return safe(f"#{row['id']} {utc_text(row['applied_at'])} {row['source']} {rev}{who}{ref}{msg} — {done}{op}")
+
+
+# ---------------------------------------------------------------- terminals and tables
+
+
+def colour_wanted(stream: TextIO, no_color: bool = False) -> bool:
+    """ANSI colours only on a terminal, never with `--no-color` or a non-empty NO_COLOR (no-color.org)."""
+    return not no_color and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb" and stream.isatty()
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> list[str]:
+    """Aligned columns, each as wide as its widest cell (cells escaped by `safe`); `right`: right-aligned columns."""
+    cells = [[safe(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in cells
+    ]
+
+
+# ---------------------------------------------------------------- status
+
+
+def grace_seconds(spec: dict[str, Any]) -> int:
+    """A stored spec's policy.misfire_grace_seconds (the default, 60, when absent or edited into nonsense)."""
+    policy = spec.get("policy")
+    value = policy.get("misfire_grace_seconds") if isinstance(policy, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 60
+
+
+def is_overdue(enabled: bool, next_run_at: datetime | None, grace: int, now: datetime) -> bool:
+    """Due longer ago than OVERDUE_SECONDS (or the task's misfire grace, when longer) and still not claimed:
+    no engine is claiming it, and one that claims it now records the occurrence missed."""
+    if not enabled or next_run_at is None:
+        return False
+    return (now - next_run_at).total_seconds() > max(OVERDUE_SECONDS, grace)
+
+
+def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revisions: list[dict[str, Any]]) -> str:
+    """`reconciler status` for a terminal: live revisions, one row per task, live engines."""
+    lines = []
+    for r in revisions:
+        by = f" by {r['author']}" if r["author"] else ""
+        applied = utc_text(r["applied_at"])
+        lines.append(safe(f"source {r['source']}: live revision {r['revision'] or '(none)'} (applied {applied}{by})"))
+    header = ["TASK", "NEXT RUN (UTC)", "NEXT RUN (local)", "LAST RUN (UTC)", "LAST STATUS", "FLAGS"]
+    rows = [
+        [
+            t["id"],
+            utc_text(t["next_run_at"]) if t["enabled"] else "disabled",
+            t["next_run_local"],
+            utc_text(t["last_run_at"]),
+            t["last_status"] or "-",
+            " ".join(flag for flag, on in (("OVERDUE", t["overdue"]), ("DRIFT", t["drift"])) if on),
+        ]
+        for t in tasks
+    ]
+    lines += table(header, rows) if tasks else ["no tasks in the database"]
+    lines.append(f"{len(engines)} live engine(s)")
+    lines += [
+        safe(f"  {e['engine_id']} ({e['host']} pid {e['pid']}, last seen {utc_text(e['last_seen'])})") for e in engines
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- runs
+
+
+def runs_text(
+    rows: list[dict[str, Any]], verbose: bool = False, under: Callable[[dict[str, Any]], list[str]] | None = None
+) -> str:
+    """`reconciler runs` for a terminal (values already masked): one aligned row per run; `verbose` adds
+    the engine, the times and the stored response excerpt under each; `under`, more lines under each
+    (the notifications it caused)."""
+    header = ["RUN", "TASK", "SCHEDULED FOR (UTC)", "KIND", "STATUS", "TRY", "HTTP", "ERROR"]
+    cells = [
+        [
+            str(r["id"]),
+            r["task_id"],
+            utc_text(r["scheduled_for"]),
+            r["kind"],
+            r["status"],
+            str(r["attempt"]),
+            str(r["http_status"] or "-"),
+            r["error"] or "",
+        ]
+        for r in rows
+    ]
+    head, *body = table(header, cells, right=(0, 5, 6))
+    out = [head]
+    for r, line in zip(rows, body, strict=True):
+        out.append(line)
+        if verbose:
+            out += [safe(f"    {detail}") for detail in _run_details(r)]
+        if under is not None:
+            out += [safe(f"    {extra}") for extra in under(r)]
+    return "\n".join(out)
+
+
+def _run_details(run: dict[str, Any]) -> list[str]:
+    facts = [f"engine {run['engine_id']}"] if run.get("engine_id") else []
+    facts += [
+        f"{name} {utc_text(run[name + '_at'])}" for name in ("claimed", "started", "finished") if run.get(name + "_at")
+    ]
+    if run.get("duration_ms") is not None:
+        facts.append(f"{run['duration_ms']} ms")
+    lines = [", ".join(facts)] if facts else []
+    excerpt = run.get("response_excerpt")
+    lines.append(f"response: {excerpt}" if excerpt else "response: (none stored)")
+    return lines

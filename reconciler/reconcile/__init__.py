@@ -1,0 +1,1 @@
+"""GitOps: the pure diff, verdict and rails, apply in one transaction, revisions, export."""

@@ -1,0 +1,383 @@
+"""`reconciler export`: the database's tasks written back as task files (adoption).
+
+Safe by construction: a new directory by default (`exported.d`), no existing file replaced
+without --force (every target is checked before any is written), only the keys whose value
+differs from the model's default, the model's types (a float field holding 30.0 is written
+30), no `moved_from`, and no literal secret: an old row's literal credential becomes an
+`{ env = "EXPORTED_…" }` placeholder with a warning. Every valid task's file is re-loaded
+before anything is written; it must give the stored spec's hash (moved_from aside).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import tomli_w
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from reconciler.db.store import TaskRow
+from reconciler.errors import UserError
+from reconciler.files.tasks import FileError, load_text, printable, spec_hash, validate_data
+from reconciler.spec.task import MAX_NAME, EnvRef, Target, TaskSpec, id_problem, is_credential_name
+
+DEFAULT_OUT_DIR = "exported.d"
+PLACEHOLDER_PREFIX = "EXPORTED_"  # not RECONCILER_*: engines refuse to hand their own settings to tasks
+
+
+# ---------------------------------------------------------------- the model's shape
+
+
+def _leaves(annotation: Any) -> Iterator[Any]:
+    """The types an annotation admits, through Optional, unions and Annotated (not into containers)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        yield from _leaves(get_args(annotation)[0])
+    elif origin is Union or origin is types.UnionType:
+        for arg in get_args(annotation):
+            yield from _leaves(arg)
+    else:
+        yield annotation
+
+
+def _submodel(info: FieldInfo, value: dict[str, Any]) -> type[BaseModel] | None:
+    """The model a table value stands for: the field's model, or the union member its `kind` names."""
+    models = [t for t in _leaves(info.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+    if len(models) == 1:
+        return models[0]
+    for model in models:
+        kind = model.model_fields.get("kind")
+        if kind is not None and value.get("kind") in get_args(kind.annotation):
+            return model
+    return None
+
+
+@cache
+def _fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A model's fields by the key a file uses (the alias when there is one)."""
+    return {info.alias or name: info for name, info in model.model_fields.items()}
+
+
+@cache
+def _defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """Each optional key's default in its stored (JSON) form; None defaults are absent from a stored spec."""
+    found: dict[str, Any] = {}
+    for key, info in _fields(model).items():
+        if info.is_required():
+            continue
+        value = info.get_default(call_default_factory=True)
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if value is not None:
+            found[key] = value
+    return found
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal, without True == 1 (numbers of either type compare by value: a float field's 30 is 30.0)."""
+    if isinstance(value, bool) or isinstance(default, bool):
+        return type(value) is type(default) and value == default
+    if isinstance(value, int | float) and isinstance(default, int | float):
+        return value == default and math.copysign(1, value) == math.copysign(1, default)
+    return type(value) is type(default) and bool(value == default)
+
+
+def _whole(value: float) -> bool:
+    """A float the file may write as an integer: whole, and not -0.0 (stored as "-0.0", hashed as such)."""
+    return value.is_integer() and math.copysign(1, value) > 0
+
+
+def _when(value: Any) -> Any:
+    """An ISO string of a date or date-time field as a TOML date or date-time (as the model reads it)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return datetime.fromisoformat(value) if "T" in value or " " in value else date.fromisoformat(value)
+    except ValueError:
+        return value
+
+
+def _shape(model: type[BaseModel], data: dict[str, Any], slim: bool = True) -> dict[str, Any]:
+    """A stored table as a file writes it: no defaults, no nulls, no moved_from, the model's types, TOML dates.
+
+    Also used on rows that no longer validate, so it only ever drops or retypes what it recognizes.
+    `slim=False` keeps every key and number as stored (dates still become TOML dates).
+    """
+    fields, defaults = _fields(model), _defaults(model)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        info = fields.get(key)
+        if value is None or (model is TaskSpec and key == "moved_from"):
+            continue
+        if info is None:  # an unknown key of a row that no longer validates: as stored
+            out[key] = value
+            continue
+        sub = _submodel(info, value) if isinstance(value, dict) else None
+        if sub is not None and isinstance(value, dict):
+            value = _shape(sub, value, slim)
+            if slim and not value and key in defaults:  # e.g. a [policy] of defaults only
+                continue
+        elif slim and info.annotation is float and isinstance(value, float) and _whole(value):
+            value = int(value)  # 30.0 seconds: the file says 30, the model reads 30.0 again
+        elif datetime in set(_leaves(info.annotation)):
+            value = _when(value)
+        if slim and key in defaults and _same(value, defaults[key]):
+            continue
+        out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------- secrets and nulls
+
+
+@dataclass
+class Placeholders:
+    """Environment variable names handed out in one export (unique across it)."""
+
+    used: set[str] = field(default_factory=set)
+
+    def name(self, task_id: str, where: str, key: str) -> str:
+        stem = re.sub(r"[^A-Z0-9]+", "_", f"{task_id}_{where}_{key}".upper()).strip("_")
+        base = PLACEHOLDER_PREFIX + stem
+        if len(base) > MAX_NAME - 12:
+            base = base[: MAX_NAME - 24] + "_" + hashlib.sha256(base.encode()).hexdigest()[:10].upper()
+        name, n = base, 1
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
+
+
+def _scrub_secrets(task_id: str, spec: dict[str, Any], names: Placeholders) -> tuple[dict[str, Any], list[str]]:
+    """`spec` with every literal credential replaced by an `{ env = … }` placeholder, and one warning each.
+
+    Literal credentials are those the model refuses today (an older row may hold them): the
+    value of a credential-looking header or query parameter, and an auth token, password or
+    client secret. The values never reach a file or a message.
+    """
+    target = spec.get("target")
+    if not isinstance(target, dict):
+        return spec, []
+    target = dict(target)
+    warnings: list[str] = []
+
+    def replace(table: dict[str, Any], where: str, key: str, path: str) -> None:
+        env = names.name(task_id, where, key)
+        table[key] = {"env": env}
+        warnings.append(
+            f"{task_id}: {path} held a literal secret, written as {{ env = {json.dumps(env)} }}; "
+            "set that variable for the engines (or rename it) before applying"
+        )
+
+    for section, where in (("headers", "header"), ("query", "query")):
+        table = target.get(section)
+        if isinstance(table, dict):
+            table = target[section] = dict(table)
+            for key, value in list(table.items()):
+                if isinstance(value, str) and is_credential_name(key):
+                    replace(table, where, key, f"target.{section}.{printable(key)}")
+    if isinstance(target.get("url"), str):
+        target["url"] = _scrub_url(task_id, target, names, warnings)
+    auth = target.get("auth")
+    if isinstance(auth, dict):
+        model = _submodel(Target.model_fields["auth"], auth)
+        auth = target["auth"] = dict(auth)
+        for key, info in _fields(model).items() if model else ():
+            if info.annotation is EnvRef and isinstance(auth.get(key), str):
+                replace(auth, "auth", key, f"target.auth.{key}")
+    return {**spec, "target": target}, warnings
+
+
+def _scrub_url(task_id: str, target: dict[str, Any], names: Placeholders, warnings: list[str]) -> str:
+    """target.url without userinfo (dropped: basic auth is target.auth) and without credential query
+    values (moved to target.query as `{ env = … }` placeholders)."""
+    url = str(target["url"])
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url  # validation names it when the exported file is loaded
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = netloc.rpartition("@")[2]
+        warnings.append(f"{task_id}: target.url held credentials before the host; dropped (use target.auth)")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    secret = [k for k, _ in pairs if is_credential_name(k)]
+    query = parts.query
+    if secret:
+        query = urlencode([(k, v) for k, v in pairs if not is_credential_name(k)])
+        table = target["query"] = dict(target.get("query") or {})
+        for key in secret:
+            env = names.name(task_id, "query", key)
+            table[key] = {"env": env}
+            warnings.append(
+                f"{task_id}: target.url held a literal {printable(key)} in its query string; written as "
+                f"target.query.{printable(key)} = {{ env = {json.dumps(env)} }}; set that variable for the engines"
+            )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _without_nulls(value: Any, path: str, dropped: list[str]) -> Any:
+    """TOML has no null: JSON nulls (only a drifted row holds one) are left out, their paths noted."""
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}" if path else str(k), k, v) for k, v in value.items()]
+        dropped.extend(where for where, _, v in items if v is None)
+        return {k: _without_nulls(v, where, dropped) for where, k, v in items if v is not None}
+    if isinstance(value, list):
+        items = [(f"{path}[{i}]", i, v) for i, v in enumerate(value)]
+        dropped.extend(where for where, _, v in items if v is None)
+        return [_without_nulls(v, where, dropped) for where, _, v in items if v is not None]
+    return value
+
+
+# ---------------------------------------------------------------- TOML text
+
+
+def _key(key: str) -> str:
+    """A key as TOML writes it (bare when it can be, else quoted), by tomli_w's rules."""
+    return tomli_w.dumps({key: 0}).removesuffix(" = 0\n")
+
+
+def _inline(value: Any) -> str:
+    """A value on one line: inline tables and arrays, scalars as tomli_w writes them, ISO dates with a T."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_inline(v)}" for k, v in value.items()) + " }" if value else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(item) for item in value) + "]"
+    if isinstance(value, date):  # datetime too: 2026-12-24T18:00:00, as people write it
+        return value.isoformat()
+    return tomli_w.dumps({"x": value}).removeprefix("x = ").removesuffix("\n")
+
+
+def _kind_first(table: dict[str, Any]) -> list[tuple[str, Any]]:
+    return sorted(table.items(), key=lambda item: item[0] != "kind")
+
+
+def to_toml(data: dict[str, Any], model: type[BaseModel] = TaskSpec, name: str = "") -> str:
+    """A shaped spec as a task file: the model's tables ([trigger], [target], [target.auth], [policy])
+    as sections, every other value on one line (`headers = { X-Api-Key = { env = "KEY" } }`)."""
+    lines: list[str] = [f"[{name}]"] if name else []
+    sections: list[str] = []
+    fields = _fields(model)
+    for key, value in _kind_first(data):
+        info = fields.get(key)
+        sub = _submodel(info, value) if info is not None and isinstance(value, dict) else None
+        if sub is not None and sub is not EnvRef and isinstance(value, dict):
+            sections.append(to_toml(value, sub, f"{name}.{_key(key)}" if name else _key(key)))
+        else:
+            lines.append(f"{_key(key)} = {_inline(value)}")
+    return "\n".join(part for part in ("\n".join(lines) + "\n" if lines else "", *sections) if part)
+
+
+# ---------------------------------------------------------------- one task
+
+
+@dataclass
+class Exported:
+    """One task's file text (None when it cannot be written) and the warnings to print."""
+
+    id: str
+    text: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _problems(errors: list[FileError]) -> str:
+    first = errors[0]
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{first.key}: {first.message}{more}"
+
+
+def export_row(row: TaskRow, names: Placeholders) -> Exported:
+    """The file for one row, checked: a valid spec re-loads to the stored one (moved_from aside)."""
+    problem = id_problem(row.id)
+    if problem:
+        return Exported(row.id, None, [f"{printable(row.id)}: skipped, the id cannot be a file name ({problem})"])
+    if not isinstance(row.spec, dict):
+        return Exported(row.id, None, [f"{row.id}: skipped, the stored spec is not a table (JSON object)"])
+    spec, warnings = _scrub_secrets(row.id, row.spec, names)
+    task, errors = validate_data(row.id, row.id, spec)
+    if task is None:
+        warnings.append(
+            f"{row.id}: the stored spec no longer validates ({_problems(errors)}); "
+            "written as stored, fix the file before plan or apply"
+        )
+        data = _shape(TaskSpec, spec)
+    else:
+        expected = {k: v for k, v in task.normalized.items() if k != "moved_from"}
+        data = _shape(TaskSpec, expected)
+    dropped: list[str] = []
+    data = _without_nulls(data, "", dropped)
+    if dropped:
+        warnings.append(f"{row.id}: null at {', '.join(dropped)} left out (TOML has no null)")
+    try:
+        text = to_toml(data)
+    except (TypeError, ValueError) as exc:
+        return Exported(row.id, None, [*warnings, f"{row.id}: skipped, not writable as TOML ({exc})"])
+    if task is not None:
+        reloaded, _ = load_text(row.id, row.id, text)
+        if reloaded is None or reloaded.spec_hash != spec_hash(expected):  # never expected; fail safe
+            text = to_toml(_without_nulls(_shape(TaskSpec, expected, slim=False), "", []))
+            warnings.append(f"{row.id}: written with every key (the short form would not re-load identically)")
+    return Exported(row.id, text, warnings)
+
+
+# ---------------------------------------------------------------- files
+
+
+# A file below a symlinked folder lands wherever the link points, and the loader would not read it back (it
+# follows no symlinked folder). A symlinked file is not written through either: see _write.
+THROUGH_SYMLINK = (
+    "is a symlink; export writes no file through one: remove it or choose another --out-dir (nothing was written)"
+)
+
+
+def check_targets(out: Path, targets: list[Path], force: bool) -> None:
+    """Refuse before anything is written: an existing file without --force, or a path that cannot be a file."""
+    if os.path.lexists(out) and not out.is_dir():
+        raise UserError(f"export: --out-dir {printable(str(out))} exists and is not a directory; nothing was written")
+    for target in targets:
+        for parent in target.relative_to(out).parents:
+            folder = out / parent
+            if parent.parts and folder.is_symlink():  # --out-dir itself may be one: the user named it
+                raise UserError(f"export: {printable(str(folder))} {THROUGH_SYMLINK}")
+            if os.path.lexists(folder) and not folder.is_dir():
+                raise UserError(f"export: {printable(str(folder))} exists and is not a directory; nothing was written")
+        if target.is_dir():
+            raise UserError(f"export: {printable(str(target))} is a directory; nothing was written")
+        if os.path.lexists(target) and not force:
+            raise UserError(
+                f"export: {printable(str(target))} already exists; pass --force to overwrite it, "
+                "or choose an empty --out-dir (nothing was written)"
+            )
+
+
+def write_new(target: Path, text: str, force: bool) -> None:
+    """Write one file: exclusively without --force; with it, by rename (a symlink is replaced, not followed)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode("utf-8")
+    if not force:
+        with open(target, "xb") as handle:
+            handle.write(data)
+        return
+    temporary = target.with_name(f".{target.name}.export-{os.getpid()}")  # dot names are never loaded
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+
+

@@ -1,0 +1,256 @@
+"""Pure diff: (desired tasks, database rows) → changes with field-level diffs. No I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+from reconciler.db.store import TaskRow
+from reconciler.files.tasks import FileError, Task, spec_hash
+from reconciler.reconcile.revision import LiveRevision
+from reconciler.schedule.triggers import dst_warnings, never_fires, upcoming
+
+if TYPE_CHECKING:
+    from reconciler.reconcile.notifiers import NotifierChange
+
+Op = Literal["create", "update", "delete", "move", "noop"]
+FORMAT_VERSION = 2
+# Keys whose change moves the schedule: next_run_at is recomputed from now.
+RETIMING = ("trigger", "timezone", "policy.dst_gap", "policy.dst_overlap")
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a created or retimed task does from now on: its next fire times, warnings, schedule in words."""
+
+    next_fire_times: list[datetime]
+    warnings: list[str]
+    description: str | None
+
+
+NO_PREVIEW = Preview([], [], None)
+
+
+@dataclass
+class Change:
+    op: Op
+    id: str
+    moved_from: str | None = None
+    fields: list[FieldDiff] = field(default_factory=list)
+    drift: bool = False
+    drift_fields: list[FieldDiff] = field(default_factory=list)  # columns that disagree with the stored spec
+    retime: bool = False
+    task: Task | None = None
+    row: TaskRow | None = None
+    # The plan's `now` for a created or retimed task. Its preview is computed when shown, not when
+    # planned: an apply of 10,000 new files would otherwise spend most of its locked time on it.
+    preview_from: datetime | None = None
+
+    @property
+    def writes(self) -> bool:
+        return self.op != "noop"
+
+    @cached_property
+    def preview(self) -> Preview:
+        if self.preview_from is None or self.task is None:
+            return NO_PREVIEW
+        return schedule_preview(self.task, self.preview_from)
+
+    @property
+    def next_fire_times(self) -> list[datetime]:
+        return self.preview.next_fire_times
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.preview.warnings
+
+    @property
+    def description(self) -> str | None:
+        return self.preview.description
+
+
+@dataclass
+class Plan:
+    source: str
+    changes: list[Change]
+    conflicts: list[FileError]
+    state_fingerprint: str
+    files_fingerprint: str
+    pruned: bool = True
+    refused: list[str] = field(default_factory=list)  # why `apply` with the same options would refuse
+    warnings: list[str] = field(default_factory=list)
+    live: LiveRevision | None = None
+    schema_missing: bool = False
+    notifiers: list[NotifierChange] = field(default_factory=list)  # see notifier_plan.attach_notifiers
+
+    def count(self, op: str) -> int:
+        return sum(1 for c in self.changes if c.op == op)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {op: self.count(op) for op in ("create", "update", "delete", "move", "noop")}
+        counts["drift"] = sum(1 for c in self.changes if c.drift)
+        return counts
+
+    @property
+    def has_changes(self) -> bool:
+        return any(c.writes for c in self.changes) or bool(self.notifiers)
+
+    @property
+    def digest(self) -> str:
+        """What this plan does, as a hash: the same for a pull request's plan and the apply that carries it out."""
+        shown = [
+            [c.op, c.id, c.moved_from, c.drift, [[f.path, f.old, f.new] for f in c.fields]]
+            for c in self.changes
+            if c.writes
+        ]
+        described: list[Any] = [self.source, shown]
+        if self.notifiers:  # absent otherwise: a plan without notifier changes keeps its digest
+            described.append(
+                [[n.op, n.name, n.after, [[f.path, f.old, f.new] for f in n.fields]] for n in self.notifiers]
+            )
+        text = json.dumps(described, sort_keys=True, default=str, ensure_ascii=True)
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} → {"a.b": 1}; lists and scalars are leaves."""
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            out.update(flatten(value[key], f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: value}
+
+
+def diff_fields(old: dict[str, Any], new: dict[str, Any]) -> list[FieldDiff]:
+    """Field-level differences between two normalized specs, sorted by path."""
+    left, right = flatten(old), flatten(new)
+    return [
+        FieldDiff(path, left.get(path), right.get(path))
+        for path in sorted(set(left) | set(right))
+        if left.get(path) != right.get(path)
+    ]
+
+
+def state_fingerprint(rows: list[TaskRow]) -> str:
+    """What a plan read: every row's id, owner, stored hash and row version (xmin: any write changes it).
+
+    next_run_at is left out on purpose: the engine advances it all the time, and a saved
+    plan must stay valid across fires.
+    """
+    digest = hashlib.sha256()
+    for row in sorted(rows, key=lambda r: r.id):
+        digest.update(f"{row.id}\0{row.source}\0{row.spec_hash}\0{row.enabled}\0{row.timezone}\n".encode())
+        digest.update(row.version.encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def files_fingerprint(tasks: list[Task]) -> str:
+    """What a plan was made from: every file's id and spec hash."""
+    digest = hashlib.sha256(json.dumps(sorted((t.id, t.spec_hash) for t in tasks)).encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def is_drifted(row: TaskRow) -> bool:
+    """The row was changed outside the reconciler: its spec no longer matches its hash or columns."""
+    edited = row.tampered if row.tampered is not None else spec_hash(row.spec) != row.spec_hash
+    return edited or bool(column_drift(row))
+
+
+def column_drift(row: TaskRow, desired: dict[str, Any] | None = None) -> list[FieldDiff]:
+    """Columns that disagree with a spec (the stored one by default): live value → the spec's value."""
+    spec = row.spec if desired is None else desired
+    wanted = {"enabled": spec.get("enabled", True), "timezone": spec.get("timezone", "UTC")}
+    live = {"enabled": row.enabled, "timezone": row.timezone}
+    return [FieldDiff(f"{name} (column)", live[name], wanted[name]) for name in wanted if live[name] != wanted[name]]
+
+
+def _unchanged(row: TaskRow, task: Task) -> bool:
+    """The common no-op, decided without hashing the row (or parsing an unchanged file): same stored hash,
+    same content, same columns."""
+    return (
+        row.tampered is False
+        and row.spec_hash == task.spec_hash
+        and row.enabled == task.enabled
+        and row.timezone == task.timezone
+    )
+
+
+def schedule_preview(task: Task, now: datetime) -> Preview:
+    """The next three fire times after `now`, the DST and never-fires warnings, and the schedule in words."""
+    from reconciler.schedule.describe import describe_trigger
+
+    warnings = dst_warnings(task.schedule, task.spec.timezone, now)
+    never = never_fires(task.spec, task.schedule, now)
+    if never:  # a warning, not a refusal: a once in the past may be kept on purpose
+        warnings.append(f"{never[0]}: {never[1]}")
+    return Preview([f.at for f in upcoming(task.schedule, now, 3)], warnings, describe_trigger(task.spec))
+
+
+def _retimes(fields: list[FieldDiff]) -> bool:
+    return any(f.path == key or f.path.startswith(key + ".") for f in fields for key in RETIMING)
+
+
+def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: datetime, prune: bool = True) -> Plan:
+    """Diff the files against the rows of the database for one ownership `source`."""
+    if now.tzinfo is None:
+        raise ValueError("make_plan needs an aware `now`")
+    now = now.astimezone(UTC)
+    by_id = {row.id: row for row in rows}
+    changes: list[Change] = []
+    conflicts: list[FileError] = []
+    consumed: set[str] = set()
+    for task in desired:
+        row = by_id.get(task.id)
+        old_id = None
+        if row is None and task.moved_from and task.moved_from in by_id:
+            row = by_id[task.moved_from]
+            old_id = row.id
+        if row is not None and row.source != source:
+            key = "moved_from" if old_id else "id"
+            line = task.line_of("moved_from") if old_id else 0
+            conflicts.append(
+                FileError(
+                    task.path,
+                    line,
+                    key,
+                    f"task {row.id!r} is owned by source {row.source!r}, not {source!r}; "
+                    "rename the file or apply it with that --source",
+                ),
+            )
+            continue
+        if row is None:
+            changes.append(Change("create", task.id, task=task, retime=True, preview_from=now))
+            continue
+        consumed.add(row.id)
+        if not old_id and _unchanged(row, task):
+            changes.append(Change("noop", task.id, task=task, row=row))
+            continue
+        # After a finished move, moved_from is a leftover pointer, not content: dropping it changes nothing.
+        fields = [f for f in diff_fields(row.spec, task.normalized) if old_id or f.path != "moved_from"]
+        drift = is_drifted(row)
+        retime = _retimes(fields) or (not row.enabled and task.enabled)
+        op: Op = "move" if old_id else ("update" if fields or drift else "noop")
+        change = Change(op, task.id, moved_from=old_id, fields=fields, drift=drift, retime=retime, task=task, row=row)
+        change.drift_fields = column_drift(row, task.normalized) if drift else []
+        change.preview_from = now if retime else None
+        changes.append(change)
+    if prune:
+        wanted = {t.id for t in desired}
+        for row in rows:
+            if row.source == source and row.id not in consumed and row.id not in wanted:
+                changes.append(Change("delete", row.id, row=row, drift=is_drifted(row)))
+    changes.sort(key=lambda c: c.id)
+    return Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune)

@@ -1,0 +1,1 @@
+"""Pure time: triggers, DST rules, previews, catch-up and schedules in words; no I/O."""

@@ -1,0 +1,1 @@
+"""Outbound HTTP: requests to targets, auth flows, token cache, secrets and their scrubbing."""

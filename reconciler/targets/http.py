@@ -1,0 +1,431 @@
+"""HTTP firing on aiohttp: the request, retries with backoff, bearer/basic/OAuth2 auth and the token cache.
+
+Every attempt has one deadline (`timeout_seconds`: connect, send, headers and body), reads
+at most the stored excerpt of the response, and runs inside a concurrency slot that backoff
+waits do not hold. Secrets are resolved from the environment at fire time (see
+`environment`) and scrubbed from the excerpt and the error; only variable names appear.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import hashlib
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import yarl
+
+from reconciler.clock import DATABASE, utc_iso, utc_stamp
+from reconciler.spec.environment import EnvPolicy
+from reconciler.spec.task import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, Target, TaskSpec
+from reconciler.targets.secrets import EnvProblem, RunSecrets
+
+EXCERPT_BYTES = 1024
+TOKEN_REFRESH_MARGIN = 30.0
+MAX_RETRY_AFTER = 3600.0
+TOKEN_BYTES = 64 * 1024  # a token response larger than this is not a token response
+
+
+@dataclass
+class Attempt:
+    """The outcome of one HTTP attempt."""
+
+    attempt: int
+    http_status: int | None = None
+    error: str | None = None
+    duration_ms: int = 0
+    excerpt: str | None = None
+    retry_after: float | None = None
+    sent_at: float = 0.0  # when the request left, by the database's clock (DATABASE.timestamp())
+    transient: bool = False  # a failure that a retry may cure: connect error, cut-off response, 5xx, 429
+
+    @property
+    def ok(self) -> bool:
+        return self.http_status is not None and 200 <= self.http_status < 300 and self.error is None
+
+
+@dataclass
+class Outcome:
+    """The final result of a run (all attempts)."""
+
+    status: str  # succeeded | failed
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def last(self) -> Attempt:
+        return self.attempts[-1]
+
+
+class RequestProblem(Exception):
+    """The request cannot be built (a header value, a variable the task may not read); not retried."""
+
+
+@dataclass
+class _Token:
+    value: str
+    expires_at: float
+
+
+class TokenError(Exception):
+    """The OAuth2 token could not be obtained."""
+
+
+class TokenCache:
+    """OAuth2 client-credentials tokens, one per (token_url, client, scope, audience), shared by all runs."""
+
+    def __init__(self, firer: Firer) -> None:
+        self.firer = firer
+        self.tokens: dict[tuple[str, ...], _Token] = {}
+        self.locks: dict[tuple[str, ...], asyncio.Lock] = {}
+        self.requests = 0
+
+    @staticmethod
+    def _key(auth: OAuth2ClientCredentials, client_id: str) -> tuple[str, ...]:
+        return (auth.token_url, client_id, auth.scope or "", auth.audience or "")
+
+    async def get(self, auth: OAuth2ClientCredentials, secrets: RunSecrets, *, force: bool = False) -> str:
+        client_id = secrets.resolve(auth.client_id, "target.auth.client_id")
+        key = self._key(auth, client_id)
+        lock = self.locks.setdefault(key, asyncio.Lock())
+        stale = self.tokens.get(key)
+        async with lock:
+            token = self.tokens.get(key)
+            # `force` refreshes only if nobody refreshed it while we waited for the lock.
+            fresh = token and time.monotonic() < token.expires_at - TOKEN_REFRESH_MARGIN
+            if not (token and fresh and not (force and token is stale)):
+                token = await self._request(auth, client_id, secrets)
+                self.tokens[key] = token
+        secrets.remember(token.value)
+        return token.value
+
+    async def _request(self, auth: OAuth2ClientCredentials, client_id: str, secrets: RunSecrets) -> _Token:
+        secret = secrets.resolve(auth.client_secret, "target.auth.client_secret")
+        secrets.remember_basic(client_id, secret)
+        form = {"grant_type": "client_credentials"}
+        if auth.scope:
+            form["scope"] = auth.scope
+        if auth.audience:
+            form["audience"] = auth.audience
+        self.requests += 1
+        session = self.firer.session()
+        try:
+            headers = {"Authorization": aiohttp.encode_basic_auth(client_id, secret)}
+            async with session.post(auth.token_url, data=form, headers=headers) as response:
+                if response.status != 200:
+                    raise TokenError(f"token endpoint {auth.token_url} answered {response.status}")
+                body = await response.content.read(TOKEN_BYTES)
+        except aiohttp.ClientError as exc:
+            raise TokenError(f"token request to {auth.token_url} failed: {type(exc).__name__}") from None
+        try:
+            parsed = json.loads(body)
+            value = str(parsed["access_token"])
+            lifetime = float(parsed.get("expires_in", 3600))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise TokenError(f"token endpoint {auth.token_url} returned no access_token") from None
+        if not HEADER_VALUE.fullmatch(value) or not value:
+            raise TokenError(
+                f"token endpoint {auth.token_url} returned an access_token that cannot be sent in a header"
+            )
+        lifetime = lifetime if 0 < lifetime < 10 * 365 * 86400 else 3600.0  # NaN, negative, absurd: an hour
+        return _Token(value, time.monotonic() + lifetime)
+
+
+def idempotency_key(task_id: str, scheduled_for: datetime, manual_run: int | None = None) -> str:
+    """`<task id>@<scheduled_for UTC>`: the same for every attempt of one occurrence.
+
+    A manual run has `<task id>@manual-<run id>`: its own, never a scheduled occurrence's
+    (those end in a date), never another manual run's.
+    """
+    if manual_run is not None:
+        return f"{task_id}@manual-{manual_run}"
+    return f"{task_id}@{utc_stamp(scheduled_for)}"
+
+
+def jitter_seconds(key: str, jitter: int) -> float:
+    """A delay in [0, jitter] that is the same for the same occurrence (idempotency `key`) on every replica."""
+    if jitter <= 0:
+        return 0.0
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (jitter * 1000 + 1) / 1000
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds (delta-seconds or an HTTP date), capped at MAX_RETRY_AFTER."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, min((when - DATABASE.now()).total_seconds(), MAX_RETRY_AFTER))  # the target's date vs ours
+
+
+def backoff_delay(base: float, attempt: int, retry_after: float | None) -> float:
+    """`base · 2^(attempt-1)`, or the server's Retry-After when it asks for longer."""
+    delay = float(base) * 2.0 ** (attempt - 1)
+    return max(delay, retry_after) if retry_after is not None else delay
+
+
+def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) -> str:
+    """A header value that an HTTP client can send (visible ASCII); the error never shows the value."""
+    resolved = secrets.resolve(value, key)
+    if not HEADER_VALUE.fullmatch(resolved):
+        origin = f" (from environment variable {value.env})" if isinstance(value, EnvRef) else ""
+        raise RequestProblem(
+            f"invalid header value for {name}{origin}: only visible ASCII, spaces and tabs can be sent"
+        )
+    return resolved
+
+
+OnAttempt = Callable[[Attempt], Awaitable[None]]
+
+
+def _classify(exc: BaseException, timeout: float) -> tuple[str, bool]:
+    """An exception raised while sending → (reason, transient)."""
+    if isinstance(exc, TimeoutError):
+        return f"timeout after {timeout:g} s (timeout_seconds: connect, send, headers and body)", False
+    if isinstance(exc, RequestProblem | EnvProblem | TokenError):
+        return str(exc), False
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        # Refused, DNS, TLS handshake: the request surely did not leave.
+        return f"connect error: {type(exc).__name__}", True
+    if isinstance(exc, aiohttp.ClientError):
+        # The request may have been delivered; retried like a 5xx, the reason recorded.
+        return f"response error: {type(exc).__name__} after the request was sent", True
+    return f"request error: {type(exc).__name__}", False
+
+
+async def read_excerpt(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most `limit` bytes of the body; whatever else the target sends is never read."""
+    chunks = bytearray()
+    # Not a read once the body has ended (no body at all, as most targets answer): it would only say so.
+    while len(chunks) < limit and not response.content.at_eof():
+        chunk = await response.content.read(limit - len(chunks))
+        if not chunk:
+            break
+        chunks += chunk
+    return bytes(chunks)
+
+
+def redirect_hint(response: aiohttp.ClientResponse) -> str:
+    """For a redirect (never followed: the request's method, body and credentials would go where it says):
+    where it points, without credentials or query string, so the fix is plain."""
+    location = response.headers.get("Location")
+    if not 300 <= response.status < 400 or not location:
+        return ""
+    try:
+        where = response.url.join(yarl.URL(location)).with_user(None).with_query(None).with_fragment(None)
+    except ValueError:
+        return "; redirects are not followed"
+    shown = "".join(ch if ch.isprintable() else "?" for ch in str(where))[:200]
+    return f"; redirects to {shown}, which is not followed: set the url to it"
+
+
+def compact_json(value: Any) -> str:
+    """JSON bodies as the SPEC's examples show them: no spaces after separators."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=50_000)  # as many as the engine keeps compiled specs (claim.MAX_COMPILED)
+def parsed_url(text: str) -> yarl.URL:
+    """A target's URL, parsed once (when its spec is compiled, see claim.py), not on every request."""
+    return yarl.URL(text)
+
+
+def new_session(connections: int) -> aiohttp.ClientSession:
+    """The engine's HTTP client: at most `connections` open, no proxy from the environment, and no
+    cookie jar: a cookie one target sets is never sent with another run's request."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None),  # each attempt's deadline is an asyncio.timeout (see _send)
+        trust_env=False,
+        json_serialize=compact_json,
+    )
+
+
+class Firer:
+    """Sends task requests over one aiohttp session; `concurrency` attempts at a time."""
+
+    def __init__(
+        self, concurrency: int = 20, env: Mapping[str, str] | None = None, policy: EnvPolicy | None = None
+    ) -> None:
+        self.concurrency = concurrency
+        self.slots = asyncio.Semaphore(concurrency)
+        self.env: Mapping[str, str] = env if env is not None else os.environ
+        self.policy = policy or EnvPolicy()
+        self.tokens = TokenCache(self)
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self.resting = 0  # runs waiting out a jitter or backoff (they hold no slot)
+        self.on_rest: Callable[[], None] | None = None  # told when a run starts a rest (Engine._fill)
+        self.sent = 0  # attempts made, and the seconds they held their slots: the capacity (see Engine)
+        self.slot_seconds = 0.0
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        """The engine's one session, made on first use (inside the running loop)."""
+        if self._session is None or self._session.closed:
+            # A few connections more than attempts: token requests are made while holding a slot.
+            self._session = new_session(self.concurrency + 8)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def secrets(self) -> RunSecrets:
+        """A fresh resolver for one run."""
+        return RunSecrets(self.env, self.policy)
+
+    async def _headers(
+        self, target: Target, task_id: str, scheduled_for: datetime, key: str, attempt: int, secrets: RunSecrets
+    ) -> dict[str, str]:
+        headers = {
+            name: header_value(name, value, secrets, f"target.headers.{name}") for name, value in target.headers.items()
+        }
+        headers["X-Reconciler-Task"] = task_id
+        headers["X-Reconciler-Scheduled-For"] = utc_iso(scheduled_for)
+        headers["X-Reconciler-Attempt"] = str(attempt)
+        headers["Idempotency-Key"] = key
+        auth = target.auth
+        if isinstance(auth, BearerAuth):
+            token = header_value("Authorization", auth.token, secrets, "target.auth.token")
+            headers["Authorization"] = "Bearer " + token
+        elif isinstance(auth, OAuth2ClientCredentials):
+            headers["Authorization"] = "Bearer " + await self.tokens.get(auth, secrets)
+        elif isinstance(auth, BasicAuth):
+            username = header_value("Authorization", auth.username, secrets, "target.auth.username")
+            password = header_value("Authorization", auth.password, secrets, "target.auth.password")
+            secrets.remember_basic(username, password)
+            headers["Authorization"] = aiohttp.encode_basic_auth(username, password)
+        return headers
+
+    def _request_args(self, target: Target, secrets: RunSecrets) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"allow_redirects": False}
+        if target.query:
+            kwargs["params"] = {
+                name: secrets.resolve(value, f"target.query.{name}") for name, value in target.query.items()
+            }
+        if target.json_body is not None:
+            kwargs["json"] = target.json_body
+        elif target.body is not None:
+            kwargs["data"] = target.body.encode()
+        return kwargs
+
+    async def _exchange(
+        self, target: Target, task_id: str, scheduled_for: datetime, key: str, attempt: Attempt, secrets: RunSecrets
+    ) -> None:
+        """Build, send and read one attempt (the caller bounds it with the deadline)."""
+        kwargs = self._request_args(target, secrets)
+        session = self.session()
+        for refresh in (False, True):
+            headers = await self._headers(target, task_id, scheduled_for, key, attempt.attempt, secrets)
+            attempt.sent_at = DATABASE.timestamp()
+            async with session.request(target.method, parsed_url(target.url), headers=headers, **kwargs) as response:
+                is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
+                if response.status == 401 and is_oauth and not refresh:
+                    # One refresh-and-retry: the cached token may have been revoked early.
+                    assert isinstance(target.auth, OAuth2ClientCredentials)
+                    await self.tokens.get(target.auth, secrets, force=True)
+                    continue
+                attempt.http_status = response.status
+                attempt.retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                # Read past the excerpt by the longest secret, so one cut at the end is still scrubbed.
+                raw = await read_excerpt(response, EXCERPT_BYTES + secrets.longest)
+                if not response.content.at_eof():
+                    response.close()  # do not drain an endless body: drop the connection
+                text = secrets.scrub(raw.decode("utf-8", "replace")) or ""
+                attempt.excerpt = text.encode()[:EXCERPT_BYTES].decode("utf-8", "ignore")
+                if not attempt.ok:
+                    attempt.error = f"HTTP {response.status}" + redirect_hint(response)
+                    attempt.transient = response.status >= 500 or response.status == 429
+                return
+
+    async def send(
+        self, target: Target, task_id: str, scheduled_for: datetime, key: str, number: int, budget: float
+    ) -> Attempt:
+        """One attempt of `target`'s request, within its timeout and `budget` seconds; never raises."""
+        attempt = Attempt(number)
+        secrets = self.secrets()
+        timeout = min(float(target.timeout_seconds), budget)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._exchange(target, task_id, scheduled_for, key, attempt, secrets)
+        except Exception as exc:  # every failure of one attempt is that attempt's result
+            reason, attempt.transient = _classify(exc, timeout)
+            if timeout < target.timeout_seconds and isinstance(exc, TimeoutError):
+                reason += "; cut short to end before the run's lease"
+            attempt.error = reason
+            attempt.http_status = attempt.http_status if isinstance(exc, TimeoutError) else None
+        attempt.error = secrets.scrub(attempt.error)
+        attempt.duration_ms = round((time.perf_counter() - started) * 1000)
+        return attempt
+
+    async def fire(
+        self,
+        task_id: str,
+        spec: TaskSpec,
+        scheduled_for: datetime,
+        on_attempt: OnAttempt | None = None,
+        deadline: float | None = None,
+        key: str | None = None,
+    ) -> Outcome:
+        """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
+
+        `deadline` (time.monotonic()) is when the run's lease ends: no attempt runs past it and
+        no backoff wait that would cross it is started; the run fails with the reason instead.
+        `key` is the Idempotency-Key (default: the scheduled occurrence's).
+        """
+        key = key or idempotency_key(task_id, scheduled_for)
+        delay = jitter_seconds(key, spec.policy.jitter_seconds)
+        if delay:
+            await self._rest(delay)
+        outcome = Outcome("failed")
+        for number in range(1, spec.policy.retries + 2):
+            async with self.slots:
+                held = time.monotonic()
+                budget = float("inf") if deadline is None else deadline - held
+                if budget > 0:
+                    attempt = await self.send(spec.target, task_id, scheduled_for, key, number, budget)
+                else:
+                    attempt = Attempt(number, error="not sent: the run's lease ended while it waited for a free slot")
+                self.sent += 1
+                self.slot_seconds += time.monotonic() - held
+            outcome.attempts.append(attempt)
+            if on_attempt is not None:
+                await on_attempt(attempt)
+            if attempt.ok:
+                outcome.status = "succeeded"
+                break
+            if not attempt.transient or number > spec.policy.retries:
+                break
+            wait = backoff_delay(spec.policy.retry_backoff_seconds, number, attempt.retry_after)
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                attempt.error = f"{attempt.error}; not retried: waiting {wait:g} s would outlive the run's lease"
+                break
+            await self._rest(wait)
+        return outcome
+
+    async def _rest(self, seconds: float) -> None:
+        """A jitter or backoff wait: it holds no slot, and `resting` counts the runs in one."""
+        self.resting += 1
+        if self.on_rest is not None:
+            self.on_rest()
+        try:
+            await self.sleep(seconds)
+        finally:
+            self.resting -= 1

@@ -1,0 +1,1 @@
+"""The HTTP application an engine serves: /metrics, /healthz, /readyz."""
