@@ -28,7 +28,7 @@ from reconciler.files.notifiers import Notifiers, load_notifiers, subscription_e
 from reconciler.files.tasks import LoadResult, fire_warnings, load_dir
 from reconciler.output import text as render
 from reconciler.reconcile.revision import detect
-from reconciler.schedule.triggers import upcoming
+from reconciler.schedule.preview import upcoming
 from reconciler.spec.environment import EnvPolicy, globs
 from reconciler.spec.task import year_problem
 

@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_text
 from reconciler.files.tasks import Task
+from reconciler.schedule.base import Fire
 from reconciler.schedule.describe import describe_trigger, fire_line
-from reconciler.schedule.triggers import Fire
 
 # A due task is claimed within a second or two while an engine runs; this much later means none is claiming it.
 OVERDUE_SECONDS = 60
