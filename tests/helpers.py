@@ -16,7 +16,9 @@ import pytest
 
 from reconciler.cli.parser import main
 from reconciler.files.tasks import load_dir
-from reconciler.schedule.triggers import Schedule, compile_schedule, upcoming
+from reconciler.schedule.base import Schedule
+from reconciler.schedule.preview import upcoming
+from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import TaskSpec
 
 TARGET = {"url": "http://127.0.0.1:9/hook"}

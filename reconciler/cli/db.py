@@ -13,7 +13,8 @@ import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from reconciler.cli.commands import parse_instant, with_store
+from reconciler.cli.options import DatabaseOptions, parse_instant
+from reconciler.cli.runtime import with_store
 from reconciler.clock import local_text, utc_text
 from reconciler.db.embedded import database_label, home_for, stop_embedded
 from reconciler.db.grants import grants_sql
@@ -41,7 +42,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
         return await store.init_schema()
 
-    with_store(args, work)
+    with_store(DatabaseOptions.of(args), work)
     print("schema scheduler is up to date")
     return EXIT_OK
 
@@ -58,6 +59,8 @@ def _local(moment: datetime | None, zone: str, machine: bool = False) -> str | N
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    database = DatabaseOptions.of(args)
+
     async def work(store: Store) -> tuple[list[Row], list[Row], list[Row], datetime]:
         async with store.reading() as conn:
             rows = await Store.fetch(conn, "status_rows")
@@ -66,7 +69,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             [clock] = await Store.fetch(conn, "clock_now", {"now": None})  # overdue by the database's clock
         return rows, engines, live, clock["now"]
 
-    rows, engines, revisions, now = with_store(args, work)
+    rows, engines, revisions, now = with_store(database, work)
 
     items = []
     for row in rows:
@@ -98,14 +101,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     ]
     if args.format == "json":
         data = {
-            "database": database_label(args.dsn, args.tasks_dir),
+            "database": database_label(database.dsn, database.tasks_dir),
             "tasks": render.json_rows(items),
             "engines": render.json_rows(live),
             "live_revisions": render.json_rows(applied),
         }
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    print(render.safe(f"database: {database_label(args.dsn, args.tasks_dir)}"))
+    print(render.safe(f"database: {database_label(database.dsn, database.tasks_dir)}"))
     print(render.status_text(items, live, applied))  # ids, hosts and revisions may come from anywhere: escaped there
     return EXIT_OK
 
@@ -118,7 +121,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             params = {"source": None, "task_id": args.id, "limit": args.limit}
             return await Store.fetch(conn, "applies_list", params)
 
-    rows = with_store(args, work)
+    rows = with_store(DatabaseOptions.of(args), work)
     if args.format == "json":
         print(json.dumps(render.json_rows(rows), indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -153,7 +156,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             return EXIT_OK
         return await follow_run(store, run_id)
 
-    return with_store(args, work)
+    return with_store(DatabaseOptions.of(args), work)
 
 
 async def follow_run(store: Store, run_id: int) -> int:
@@ -207,7 +210,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             + ("; a running one ends by its timeout_seconds" if status == "running" else "")
         )
 
-    return with_store(args, work)
+    return with_store(DatabaseOptions.of(args), work)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -246,7 +249,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         changed = row["revision"] or "unknown (applied without a revision)"
         return [*lines[:1], f"last changed by revision {changed} at {utc_text(row['updated_at'])}", *lines[1:]]
 
-    print("\n".join(render.safe(mask_text(line)) for line in with_store(args, work)))
+    print("\n".join(render.safe(mask_text(line)) for line in with_store(DatabaseOptions.of(args), work)))
     return EXIT_OK
 
 
@@ -301,7 +304,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             rows, known = await listing(conn, "runs_list", args.id, args.status, args.limit)
             return await with_notifications(conn, rows), known
 
-    found, known = with_store(args, work)
+    found, known = with_store(DatabaseOptions.of(args), work)
     if not known:
         raise unknown_task(args.id, "runs")
     rows = [masked(r, "error", "response_excerpt") for r in found]
@@ -339,7 +342,7 @@ def cmd_notifications(args: argparse.Namespace) -> int:
         async with store.reading() as conn:
             return await listing(conn, "notifications_list", args.task, args.status, args.limit)
 
-    found, known = with_store(args, work)
+    found, known = with_store(DatabaseOptions.of(args), work)
     if not known:
         raise unknown_task(args.task, "notifications")
     rows = [masked(r, "error") for r in found]

@@ -9,16 +9,19 @@ import argparse
 import asyncio
 import logging
 
-from reconciler.cli.commands import err, log, need_tasks_dir, stop_on_signals, with_store
+from reconciler.cli.console import err, log
+from reconciler.cli.declared import need_tasks_dir
+from reconciler.cli.options import DatabaseOptions, WatchOptions, engine_config
+from reconciler.cli.runtime import stop_on_signals, with_store
+from reconciler.cli.watch import watch_files
 from reconciler.clock import utc_text, utcnow
 from reconciler.db.embedded import resolve_dsn
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
-from reconciler.engine.loop import Engine, EngineConfig, back_off, default_engine_id
+from reconciler.engine.loop import Engine, EngineConfig, back_off
 from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
 from reconciler.logs import setup_logging
 from reconciler.output import text as render
-from reconciler.spec.environment import globs
 from reconciler.targets.http import Outcome
 
 
@@ -40,28 +43,14 @@ async def open_patiently(store: Store, stop: asyncio.Event) -> bool:
     return False
 
 
-def engine_config(args: argparse.Namespace, sources: tuple[str, ...]) -> EngineConfig:
-    return EngineConfig(
-        sources=sources,
-        engine_id=args.engine_id or default_engine_id(),
-        batch=args.batch,
-        concurrency=args.concurrency,
-        max_sleep=args.max_sleep,
-        drain_seconds=args.drain_seconds,
-        keep_runs_days=args.keep_runs_days or None,  # 0: keep every run
-        lease_margin=args.lease_margin,
-        max_clock_offset=args.max_clock_offset,
-        allow_env=globs(args.allow_env),
-    )
-
-
-async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event, engine: Engine) -> None:
-    """Serve `engine` (and its metrics endpoint, if asked) until `stop` is set; waits for the database first."""
+async def run_engine(store: Store, metrics_addr: str | None, stop: asyncio.Event, engine: Engine) -> None:
+    """Serve `engine` (and its metrics endpoint on `metrics_addr`, if any) until `stop` is set; waits for the
+    database first."""
     server = None
-    if args.metrics_addr:
+    if metrics_addr:
         from reconciler.web.metrics import serve_metrics
 
-        server = await serve_metrics(args.metrics_addr, engine, store)
+        server = await serve_metrics(metrics_addr, engine, store)
     sources = list(engine.config.sources)
     fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency, "sources": sources}
     scope = f"sources {', '.join(sources)}" if sources else "every source"
@@ -77,19 +66,19 @@ async def run_engine(store: Store, args: argparse.Namespace, stop: asyncio.Event
     log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
 
 
-def engine_pool_size(args: argparse.Namespace) -> int:
-    return max(4, min(20, int(args.concurrency) // 10 + 4))
+def engine_pool_size(config: EngineConfig) -> int:
+    return max(4, min(20, int(config.concurrency) // 10 + 4))
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
     setup_logging(args.log_format)
-    config = engine_config(args, args.sources)
+    config, database = engine_config(args, args.sources), DatabaseOptions.of(args)
 
     async def run() -> int:
-        store = Store(resolve_dsn(args.dsn, args.tasks_dir), max_size=engine_pool_size(args))
+        store = Store(resolve_dsn(database.dsn, database.tasks_dir), max_size=engine_pool_size(config))
         engine = Engine(store, config)
         try:
-            await run_engine(store, args, stop_on_signals(engine), engine)
+            await run_engine(store, args.metrics_addr, stop_on_signals(engine), engine)
         finally:
             await store.close()
         return EXIT_OK
@@ -133,25 +122,24 @@ def stop_if_failed(task: asyncio.Task[None], stop: asyncio.Event) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     """Apply, watch and fire in one process: the local development loop."""
     # Run lines go to stdout; logs only for warnings, unless machine-readable logs are asked for.
-    need_tasks_dir(args)
+    watching = WatchOptions.of(args)
+    need_tasks_dir(watching.files)
     people = args.log_format != "json"
     setup_logging(args.log_format, logging.WARNING if people else logging.INFO)
     if people:  # RunPrinter already gave each run its line on stdout
         logging.getLogger("reconciler.engine").addFilter(lambda record: not is_run_result(record))
-    config = engine_config(args, (args.source,))  # `up` fires its own tasks only, even on a shared database
+    config = engine_config(args, (watching.files.source,))  # `up` fires its own tasks only, even on a shared database
 
     async def work(store: Store) -> int:
-        from reconciler.cli.watch import watch_files
-
         engine = Engine(store, config)
         stop = stop_on_signals(engine, err if people else None)
         engine.observers.append(RunPrinter())
-        watched = f"{args.tasks_dir} and {args.notifiers_dir}"
+        watched = f"{watching.files.tasks_dir} and {watching.files.notifiers_dir}"
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
-        watcher = asyncio.create_task(watch_files(store, args, stop))
+        watcher = asyncio.create_task(watch_files(store, watching, stop))
         watcher.add_done_callback(lambda task: stop_if_failed(task, stop))
         try:
-            await run_engine(store, args, stop, engine)
+            await run_engine(store, args.metrics_addr, stop, engine)
         finally:
             stop.set()
             (failure,) = await asyncio.gather(watcher, return_exceptions=True)
@@ -162,4 +150,4 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("reconciler up: stopped", flush=True)
         return EXIT_OK
 
-    return with_store(args, work, pool_size=engine_pool_size(args))
+    return with_store(DatabaseOptions.of(args), work, pool_size=engine_pool_size(config))

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from reconciler.cli.commands import with_store
+from reconciler.cli.options import DatabaseOptions
+from reconciler.cli.runtime import with_store
 from reconciler.clock import utcnow
 from reconciler.db.store import Store, TaskRow
 from reconciler.errors import EXIT_OK, UserError
@@ -27,7 +28,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         async with store.connection() as conn:
             return await Store.tasks(conn)
 
-    rows = with_store(args, work)
+    rows = with_store(DatabaseOptions.of(args), work)
     out = Path(DEFAULT_OUT_DIR if args.out_dir is None else args.out_dir)  # None: --help names it without importing us
     names = Placeholders()
     exported = [export_row(row, names) for row in sorted(rows, key=lambda r: r.id)]

@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the revision applied (default: git HEAD of --tasks-dir, else CI variables)",
     )
 
-    watch = add("watch", "cli.commands:cmd_watch", "apply whenever the task files change")
+    watch = add("watch", "cli.watch:cmd_watch", "apply whenever the task files change")
     watch.add_argument("--no-prune", action="store_true")
     watch.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
 

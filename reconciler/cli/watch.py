@@ -1,4 +1,4 @@
-"""`watch` and `up`: apply the task and notifier files now, then after every (debounced) change to them."""
+"""`watch` (and `up`'s watcher): apply the task and notifier files now, then after every (debounced) change to them."""
 
 from __future__ import annotations
 
@@ -9,25 +9,42 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from reconciler.cli.commands import err, notifier_files
+from reconciler.cli.console import err
+from reconciler.cli.declared import need_tasks_dir, notifier_files
+from reconciler.cli.options import DatabaseOptions, WatchOptions
+from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
 from reconciler.db.store import Store
-from reconciler.errors import UserError
+from reconciler.errors import EXIT_OK, UserError
 from reconciler.reconcile.revision import detect
 
 Changes = AsyncGenerator[set[tuple[Any, str]], None]
 
 
-async def apply_files(store: Store, args: argparse.Namespace) -> None:
+def cmd_watch(args: argparse.Namespace) -> int:
+    options = WatchOptions.of(args)
+    need_tasks_dir(options.files)
+
+    async def work(store: Store) -> int:
+        # SIGINT/SIGTERM end the watch cleanly (exit 0, like `up` and `engine`); a KeyboardInterrupt
+        # would leave the file watcher's thread running and the process waiting for it.
+        await watch_files(store, options, stop_on_signals())
+        return EXIT_OK
+
+    return with_store(DatabaseOptions.of(args), work)
+
+
+async def apply_files(store: Store, options: WatchOptions) -> None:
     """One apply of the task and notifier files for watch/up: errors are reported and nothing is applied."""
     from reconciler.output import planview
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
 
     stamp = utcnow().strftime("%H:%M:%S")
+    files = options.files
     try:
         # Loading reads the database too (unchanged files are not parsed): a lost connection is reported alike.
-        loaded = await load_files(store, Path(args.tasks_dir), args.tasks_dir)
-        loaded.notifiers = notifier_files(args)
+        loaded = await load_files(store, Path(files.tasks_dir), files.tasks_dir)
+        loaded.notifiers = notifier_files(files)
         loaded.errors += loaded.notifiers.errors
         if loaded.errors:
             for error in loaded.errors:
@@ -35,24 +52,25 @@ async def apply_files(store: Store, args: argparse.Namespace) -> None:
             err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
             return
         # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
-        options = ApplyOptions(prune=not args.no_prune, revision=detect(Path(args.tasks_dir), None))
-        result = await apply_tasks(store, loaded.tasks, args.source, None, options, loaded.notifiers)
+        verdict = ApplyOptions(prune=options.prune, revision=detect(Path(files.tasks_dir), None))
+        result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return
     print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
 
 
-def _watchers(args: argparse.Namespace, stop: asyncio.Event) -> tuple[list[Changes], bool]:
+def _watchers(options: WatchOptions, stop: asyncio.Event) -> tuple[list[Changes], bool]:
     """The file watchers of --tasks-dir and --notifiers-dir, and whether the latter is there. While it is
     not, its parent is watched (not below) for it to appear; then the watchers are made anew."""
     from watchfiles import awatch
 
-    common: dict[str, Any] = {"debounce": args.debounce_ms, "step": 50, "stop_event": stop}
-    notifiers = Path(args.notifiers_dir)
+    files = options.files
+    common: dict[str, Any] = {"debounce": options.debounce_ms, "step": 50, "stop_event": stop}
+    notifiers = Path(files.notifiers_dir)
     if notifiers.is_dir():
-        return [awatch(args.tasks_dir, args.notifiers_dir, recursive=True, **common)], True
-    watchers = [awatch(args.tasks_dir, recursive=True, **common)]
+        return [awatch(files.tasks_dir, files.notifiers_dir, recursive=True, **common)], True
+    watchers = [awatch(files.tasks_dir, recursive=True, **common)]
     parent = notifiers.absolute().parent
     if parent.is_dir():
 
@@ -63,7 +81,7 @@ def _watchers(args: argparse.Namespace, stop: asyncio.Event) -> tuple[list[Chang
     return watchers, False
 
 
-async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
+async def watch_files(store: Store, options: WatchOptions, stop: asyncio.Event | None = None) -> None:
     """Apply now, then after every (debounced) change below --tasks-dir or --notifiers-dir until `stop` is set."""
     stop = stop or asyncio.Event()
     while True:
@@ -71,14 +89,14 @@ async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Even
         # watchfiles watcher sets its stop event, which is the engine's too under `up`).
         ended = asyncio.Event()
         relay = asyncio.ensure_future(_set_when(stop, ended))
-        watchers, had_notifiers = _watchers(args, ended)
+        watchers, had_notifiers = _watchers(options, ended)
         # Each watcher's first step creates it; let them run before the apply, so an edit made while
         # that apply runs is seen (it waits in the watcher) instead of lost.
         steps: dict[asyncio.Future[Any], Changes] = {asyncio.ensure_future(anext(w)): w for w in watchers}
         await asyncio.sleep(0)
         try:
-            await apply_files(store, args)
-            anew = await _apply_on_changes(store, args, steps, had_notifiers)
+            await apply_files(store, options)
+            anew = await _apply_on_changes(store, options, steps, had_notifiers)
         finally:
             ended.set()
             relay.cancel()
@@ -88,8 +106,8 @@ async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Even
                     await watcher.aclose()
         if not anew or stop.is_set():
             return
-        if not Path(args.tasks_dir).is_dir():  # the directory was removed while watched
-            err(f"{args.tasks_dir} is gone; no longer watching it (the database keeps what was applied)")
+        if not Path(options.files.tasks_dir).is_dir():  # the directory was removed while watched
+            err(f"{options.files.tasks_dir} is gone; no longer watching it (the database keeps what was applied)")
             return
 
 
@@ -99,7 +117,7 @@ async def _set_when(first: asyncio.Event, then: asyncio.Event) -> None:
 
 
 async def _apply_on_changes(
-    store: Store, args: argparse.Namespace, steps: dict[asyncio.Future[Any], Changes], had_notifiers: bool
+    store: Store, options: WatchOptions, steps: dict[asyncio.Future[Any], Changes], had_notifiers: bool
 ) -> bool:
     """Apply after each change any watcher reports; False once every watcher stopped (`stop`), True when
     the watchers must be made anew (--notifiers-dir appeared or went, or a watched directory is gone)."""
@@ -122,10 +140,10 @@ async def _apply_on_changes(
                 continue
             changed = True
             steps[asyncio.ensure_future(anext(watcher))] = watcher
-        if anew or Path(args.notifiers_dir).is_dir() != had_notifiers:
+        if anew or Path(options.files.notifiers_dir).is_dir() != had_notifiers:
             return True
         if changed:
-            await apply_files(store, args)
+            await apply_files(store, options)
     return False
 
 

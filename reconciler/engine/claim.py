@@ -21,7 +21,8 @@ from reconciler.clock import utc_text
 from reconciler.db.store import Row, Store
 from reconciler.errors import one_line
 from reconciler.notify.events import Ended, Event, claim_events, ended_of, outbox_rows, record_ended
-from reconciler.schedule.triggers import Fire, Schedule, compile_schedule, schedule_key
+from reconciler.schedule.base import Fire, Schedule
+from reconciler.schedule.triggers import compile_schedule, schedule_key
 from reconciler.spec.notifier import subscriptions
 from reconciler.spec.task import Policy, TaskSpec
 from reconciler.targets.http import idempotency_key, parsed_url

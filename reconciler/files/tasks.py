@@ -21,7 +21,9 @@ from zoneinfo import ZoneInfo
 from pydantic import TypeAdapter, ValidationError
 
 from reconciler.errors import as_bytes, is_utf8
-from reconciler.schedule.triggers import Schedule, TriggerError, compile_schedule, never_fires, trigger_instants
+from reconciler.schedule.base import Schedule, TriggerError
+from reconciler.schedule.preview import never_fires
+from reconciler.schedule.triggers import compile_schedule, trigger_instants
 from reconciler.spec.task import TaskSpec, Trigger, did_you_mean, id_problem, suggestion, zone_problem
 
 if TYPE_CHECKING:

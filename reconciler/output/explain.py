@@ -8,8 +8,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_text, when_text
+from reconciler.schedule.base import Fire, Schedule
 from reconciler.schedule.describe import describe_trigger, fire_line
-from reconciler.schedule.triggers import Fire, Schedule, compile_schedule, resolve_window_time
+from reconciler.schedule.triggers import compile_schedule
+from reconciler.schedule.walltime import resolve_window_time
 from reconciler.spec.task import TaskSpec
 
 AROUND = 3  # occurrences shown on each side of T

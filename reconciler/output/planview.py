@@ -13,14 +13,14 @@ import re
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from reconciler.clock import utc_text, when_text
+from reconciler.clock import utc_iso, utc_text, when_text
 from reconciler.output.masking import mask_path, mask_spec, mask_url
 from reconciler.reconcile.plan import FORMAT_VERSION, Change, FieldDiff, Plan
 from reconciler.spec.task import Policy
 
 if TYPE_CHECKING:
     from reconciler.reconcile.notifiers import NotifierChange
-from reconciler.output.text import iso, safe
+from reconciler.output.text import safe
 
 SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
 COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift": "35"}
@@ -378,7 +378,7 @@ def change_dict(change: Change) -> dict[str, object]:
         "after": after,
         "drift": change.drift,
         "drift_fields": [{"path": f.path, "live": f.old, "desired": f.new} for f in change.drift_fields],
-        "next_fire_times": [iso(t) for t in change.next_fire_times],
+        "next_fire_times": [utc_iso(t) for t in change.next_fire_times],
         "warnings": change.warnings,
     }
 
@@ -392,7 +392,7 @@ def plan_dict(plan: Plan) -> dict[str, object]:
         "refused": plan.refused,
         "warnings": plan.warnings,
         "schema_missing": plan.schema_missing,
-        "live_revision": {"revision": live.revision, "applied_at": iso(live.applied_at)} if live else None,
+        "live_revision": {"revision": live.revision, "applied_at": utc_iso(live.applied_at)} if live else None,
         "changes": [change_dict(c) for c in plan.changes],
         "summary": plan.summary,
         "plan_digest": plan.digest,

@@ -10,14 +10,14 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
-from reconciler.clock import utc_text
+from reconciler.clock import utc_iso, utc_text
 from reconciler.files.tasks import Task
+from reconciler.schedule.base import Fire
 from reconciler.schedule.describe import describe_trigger, fire_line
-from reconciler.schedule.triggers import Fire
 
 # A due task is claimed within a second or two while an engine runs; this much later means none is claiming it.
 OVERDUE_SECONDS = 60
@@ -51,21 +51,16 @@ def next_json(rows: list[tuple[Task, list[Fire]]]) -> str:
         {
             "id": task.id,
             "fire_times": [f.at.astimezone(ZoneInfo(task.spec.timezone)).isoformat() for f in fires],
-            "dst": [f"{f.at.astimezone(UTC).isoformat()}: {f.note}" for f in fires if f.note],
+            "dst": [f"{utc_iso(f.at)}: {f.note}" for f in fires if f.note],
         }
         for task, fires in rows
     ]
     return json.dumps(data, indent=2)
 
 
-def iso(moment: datetime | None) -> str | None:
-    """ISO text of an aware datetime (UTC), or None."""
-    return moment.astimezone(UTC).isoformat() if moment else None
-
-
 def json_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Database rows for `--format json`: datetimes as ISO text (UTC)."""
-    return [{k: iso(v) if isinstance(v, datetime) else v for k, v in row.items()} for row in rows]
+    return [{k: utc_iso(v) if isinstance(v, datetime) else v for k, v in row.items()} for row in rows]
 
 
 # ---------------------------------------------------------------- safe text

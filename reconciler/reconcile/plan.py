@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from reconciler.db.store import TaskRow
 from reconciler.files.tasks import FileError, Task, spec_hash
 from reconciler.reconcile.revision import LiveRevision
-from reconciler.schedule.triggers import dst_warnings, never_fires, upcoming
+from reconciler.schedule.preview import dst_warnings, never_fires, upcoming
 
 if TYPE_CHECKING:
     from reconciler.reconcile.notifiers import NotifierChange

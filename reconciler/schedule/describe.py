@@ -7,7 +7,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from reconciler.clock import when_text
-from reconciler.schedule.triggers import Fire
+from reconciler.schedule.base import Fire
 from reconciler.spec.task import TaskSpec
 
 _INTERVAL_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))

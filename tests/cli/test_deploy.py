@@ -41,7 +41,7 @@ def test_systemd_unit_runs_a_valid_engine_command() -> None:
 
 
 def test_retention_is_on_by_default_and_zero_keeps_every_run() -> None:
-    from reconciler.cli.engine import engine_config
+    from reconciler.cli.options import engine_config
 
     assert build_parser().parse_args(["engine"]).keep_runs_days == 30
     assert engine_config(build_parser().parse_args(["engine"]), ()).keep_runs_days == 30

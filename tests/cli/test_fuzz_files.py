@@ -30,7 +30,9 @@ from pydantic import BaseModel
 
 from reconciler.cli.parser import main
 from reconciler.files.tasks import load_text
-from reconciler.schedule.triggers import FLOOR, HORIZON, compile_schedule, upcoming
+from reconciler.schedule.base import FLOOR, HORIZON
+from reconciler.schedule.preview import upcoming
+from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec import task as models
 
 BASE: dict[str, Any] = {

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from pathlib import Path
 
 import pytest
 
+from reconciler.cli.options import FilesOptions, WatchOptions
 from reconciler.cli.watch import apply_files, watch_files
 from reconciler.db.store import Store
 from tests.helpers import async_wait_until
@@ -16,15 +16,9 @@ from tests.integration.test_reconcile import applies
 TASK = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "http://127.0.0.1:9/x"\n'
 
 
-def options(root: Path) -> argparse.Namespace:
-    return argparse.Namespace(
-        tasks_dir=str(root / "tasks.d"),
-        notifiers_dir=str(root / "notifiers.d"),
-        notifiers_required=False,
-        debounce_ms=50,
-        no_prune=False,
-        source="default",
-    )
+def options(root: Path) -> WatchOptions:
+    files = FilesOptions(tasks_dir=str(root / "tasks.d"), notifiers_dir=str(root / "notifiers.d"))
+    return WatchOptions(files, prune=True, debounce_ms=50)
 
 
 @pytest.mark.parametrize("with_notifiers", [False, True])

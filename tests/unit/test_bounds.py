@@ -16,7 +16,9 @@ from pydantic import ValidationError
 
 from reconciler.cli.parser import COUNT, KEEP_DAYS, SECONDS, host_port
 from reconciler.files.tasks import FileError, hostile_values, load_dir, scan
-from reconciler.schedule.triggers import FLOOR, HORIZON, compile_schedule, upcoming
+from reconciler.schedule.base import FLOOR, HORIZON
+from reconciler.schedule.preview import upcoming
+from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import (
     MAX_CALENDAR_EVERY,
     MAX_INTERVAL_SECONDS,

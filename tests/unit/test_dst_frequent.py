@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 import pytest
 
 from reconciler.output.explain import TaskState, explain, occurrences_around
-from reconciler.schedule.triggers import compile_schedule, dst_warnings
+from reconciler.schedule.preview import dst_warnings
+from reconciler.schedule.triggers import compile_schedule
 from tests.helpers import fires_iso, schedule, spec
 
 BERLIN, NEW_YORK, LORD_HOWE = "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from reconciler.cli.parser import main
 from reconciler.files.tasks import FileWarning, Task, fire_warnings, load_text
-from reconciler.schedule.triggers import A_YEAR, TEN_YEARS, _matches_every_year, compile_schedule, never_fires
+from reconciler.schedule.cron import matches_every_year
+from reconciler.schedule.preview import A_YEAR, TEN_YEARS, never_fires
+from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import cron_problem
 from tests.helpers import spec
 
@@ -132,7 +134,7 @@ def test_text_shortcut_agrees_with_the_schedule(fields: tuple[str, ...], zone: s
     task_spec = spec(zone, trigger, dst_gap=gap)
     schedule = compile_schedule(task_spec)
     upcoming_at = schedule.next_fire_time(now)
-    if _matches_every_year(task_spec):
+    if matches_every_year(task_spec):
         assert upcoming_at is not None and upcoming_at <= now + A_YEAR, (trigger, upcoming_at)
     fires_in_ten_years = upcoming_at is not None and upcoming_at <= now + TEN_YEARS
     assert (never_fires(task_spec, schedule, now) is None) == fires_in_ten_years

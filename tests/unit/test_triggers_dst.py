@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.schedule.triggers import TriggerError
+from reconciler.schedule.base import TriggerError
 from tests.helpers import fires_iso, schedule
 
 

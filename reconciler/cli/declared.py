@@ -1,0 +1,47 @@
+"""The declared files as the commands read them: tasks.d and notifiers.d, loaded, with every error reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reconciler.cli.console import err
+from reconciler.cli.options import FilesOptions
+from reconciler.errors import UserError
+from reconciler.files.notifiers import Notifiers, load_notifiers, subscription_errors
+from reconciler.files.tasks import LoadResult, load_dir
+
+
+def load_or_report(files: FilesOptions, loaded: LoadResult | None = None) -> LoadResult | None:
+    """Load tasks.d (unless `loaded` is what was) and notifiers.d; print every error and return None
+    if there is any. Subscriptions to unknown notifiers are checked here when every task file was
+    parsed (`loaded` None), else by the plan (an unchanged file's spec is its row's)."""
+    result = loaded if loaded is not None else load_dir(Path(files.tasks_dir), files.tasks_dir)
+    result.notifiers = notifiers = notifier_files(files)
+    result.errors = [*result.errors, *notifiers.errors]
+    if loaded is None:
+        result.errors += subscription_errors(result.tasks, {}, notifiers)
+    for error in result.errors:
+        err(str(error))
+    if result.errors:
+        err(f"{len(result.errors)} error(s) in {read_dirs(files, notifiers)}; nothing was changed")
+        return None
+    return result
+
+
+def read_dirs(files: FilesOptions, notifiers: Notifiers | None) -> str:
+    """`tasks.d`, or `tasks.d and notifiers.d` when there is one: what a command read."""
+    return f"{files.tasks_dir} and {notifiers.root}" if notifiers is not None and notifiers.present else files.tasks_dir
+
+
+def notifier_files(files: FilesOptions) -> Notifiers:
+    """--notifiers-dir (default notifiers.d beside --tasks-dir), loaded; none when it does not exist."""
+    return load_notifiers(Path(files.notifiers_dir), files.notifiers_dir, files.notifiers_required)
+
+
+def need_tasks_dir(files: FilesOptions) -> None:
+    """watch and up watch the directory: it must be there before they start."""
+    if not Path(files.tasks_dir).is_dir():
+        raise UserError(
+            f"--tasks-dir {files.tasks_dir}: directory not found here or in the folders above; "
+            "create it or pass --tasks-dir"
+        )

@@ -1,0 +1,117 @@
+"""The command line's options as frozen dataclasses: where the argparse Namespace stops.
+
+Each command turns its Namespace into the option groups it needs once, at its top
+(`FilesOptions.of(args)`, `engine_config(args, …)`); every function below the command takes those
+typed values, never the Namespace. Only the standard library and light modules are imported here:
+`validate` and `next` read their options through this module too, and start without psycopg.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from reconciler.errors import UserError
+from reconciler.spec.task import year_problem
+
+if TYPE_CHECKING:
+    from reconciler.engine.loop import EngineConfig
+
+
+@dataclass(frozen=True)
+class FilesOptions:
+    """The declared files a command reads (tasks.d and notifiers.d) and the source they belong to."""
+
+    tasks_dir: str
+    notifiers_dir: str
+    notifiers_required: bool = False  # named on the command line: it must be there; the default one is optional
+    source: str = "default"
+
+    @classmethod
+    def of(cls, args: Namespace) -> FilesOptions:
+        return cls(args.tasks_dir, args.notifiers_dir, args.notifiers_required, args.source)
+
+
+@dataclass(frozen=True)
+class DatabaseOptions:
+    """The database a command opens: --dsn (else the environment), else the project's embedded one."""
+
+    dsn: str | None
+    tasks_dir: str  # the embedded database lives in the project of the tasks directory
+
+    @classmethod
+    def of(cls, args: Namespace) -> DatabaseOptions:
+        return cls(args.dsn, args.tasks_dir)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """How a command prints its result: --format, and --no-color for text on a terminal."""
+
+    format: str = "text"
+    no_color: bool = False
+
+    @classmethod
+    def of(cls, args: Namespace) -> OutputOptions:
+        return cls(args.format, args.no_color)
+
+
+@dataclass(frozen=True)
+class VerdictOptions:
+    """The flags that decide whether an apply goes ahead: `plan` takes the same ones, for the same verdict."""
+
+    prune: bool = True
+    allow_empty: bool = False
+    max_deletes: int | None = None  # None: the default share of the source's tasks
+    allow_older: bool = False
+
+    @classmethod
+    def of(cls, args: Namespace) -> VerdictOptions:
+        return cls(not args.no_prune, args.allow_empty, args.max_deletes, args.allow_older)
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """`watch` and `up`: the files they apply on every change, and how."""
+
+    files: FilesOptions
+    prune: bool = True
+    debounce_ms: int = 300
+
+    @classmethod
+    def of(cls, args: Namespace) -> WatchOptions:
+        return cls(FilesOptions.of(args), not args.no_prune, args.debounce_ms)
+
+
+def engine_config(args: Namespace, sources: tuple[str, ...]) -> EngineConfig:
+    """The engine's options of `engine` and `up`, which claim `sources` (empty: every source)."""
+    # Imported here: the engine is heavy, and only the two commands that run one call this.
+    from reconciler.engine.loop import EngineConfig, default_engine_id
+    from reconciler.spec.environment import globs
+
+    return EngineConfig(
+        sources=sources,
+        engine_id=args.engine_id or default_engine_id(),
+        batch=args.batch,
+        concurrency=args.concurrency,
+        max_sleep=args.max_sleep,
+        drain_seconds=args.drain_seconds,
+        keep_runs_days=args.keep_runs_days or None,  # 0: keep every run
+        lease_margin=args.lease_margin,
+        max_clock_offset=args.max_clock_offset,
+        allow_env=globs(args.allow_env),
+    )
+
+
+def parse_instant(text: str, option: str) -> datetime:
+    """An ISO date-time within the years a task file may name; without an offset it is UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"{option}: {text!r} is not an ISO date-time; write e.g. 2026-12-03T00:00:00Z") from None
+    problem = year_problem(value)
+    if problem:
+        raise UserError(f"{option}: {problem}")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value

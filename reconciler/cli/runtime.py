@@ -1,0 +1,95 @@
+"""How a command runs against the database: the store opened for its work, the declared files read beside
+it, and the signals that end a long-running command.
+
+The store's module (and psycopg with it) is imported only when a command opens one: `validate` and `next`
+import this module's neighbours without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from reconciler.cli.console import log
+from reconciler.cli.declared import load_or_report
+from reconciler.cli.options import DatabaseOptions, FilesOptions
+from reconciler.db.embedded import resolve_dsn
+from reconciler.errors import DatabaseUnavailable
+from reconciler.files.tasks import LoadResult
+
+if TYPE_CHECKING:
+    from reconciler.db.store import Store
+    from reconciler.engine.loop import Engine
+
+T = TypeVar("T")
+
+
+def with_store(
+    database: DatabaseOptions, work: Callable[[Store], Awaitable[T]], pool_size: int = 4, init: bool = True
+) -> T:
+    """Open the store named by --dsn / env / embedded, initialize the schema (unless `init` is
+    False: `plan` never writes), run `work`."""
+    from reconciler.db.store import Store
+
+    async def run() -> T:
+        async with Store(resolve_dsn(database.dsn, database.tasks_dir), max_size=pool_size) as store:
+            if init:
+                await store.init_schema()
+            return await work(store)
+
+    return asyncio.run(run())
+
+
+def with_files(
+    files: FilesOptions, database: DatabaseOptions, work: Callable[[Store, LoadResult], Awaitable[T]]
+) -> T | None:
+    """`work` on the store and the task files, for plan and apply. The database is read first: the
+    files unchanged since they were applied are not parsed again. Errors in the files are reported
+    and give None, before an unreachable database too (every file is parsed then)."""
+    from reconciler.reconcile.apply import load_files
+
+    async def run(store: Store) -> T | None:
+        loaded = load_or_report(files, await load_files(store, Path(files.tasks_dir), files.tasks_dir))
+        return None if loaded is None else await work(store, loaded)
+
+    try:
+        return with_store(database, run, init=False)
+    except DatabaseUnavailable:
+        if load_or_report(files) is None:
+            return None
+        raise
+
+
+def stop_on_signals(engine: Engine | None = None, say: Callable[[str], None] | None = None) -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (Ctrl-C): the engine drains, a watch ends; both exit 0.
+
+    With an engine, the first signal says (through `say`, default an INFO log: a normal stop
+    must not page anyone) what the drain waits for, and a second one stops at once: runs still
+    in flight are recorded `lost` when their leases expire (README, "Stopping").
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    tell = say or log.info
+
+    def signalled(again: str) -> None:
+        if engine is None:
+            stop.set()
+        elif not stop.is_set():
+            stop.set()
+            if not engine.in_flight:
+                tell("stopping: no run in flight")
+                return
+            tell(
+                f"draining {engine.in_flight} run(s) (up to {engine.config.drain_seconds:g} s); "
+                f"{again} again to stop now"
+            )
+        elif not engine.hurry.is_set():
+            engine.hurry.set()
+            tell(f"stopping now, {engine.in_flight} run(s) in flight")
+
+    loop.add_signal_handler(signal.SIGTERM, signalled, "SIGTERM")
+    loop.add_signal_handler(signal.SIGINT, signalled, "Ctrl-C")
+    return stop
