@@ -30,7 +30,7 @@ from reconciler.output import text as render
 from reconciler.reconcile.revision import detect
 from reconciler.schedule.triggers import upcoming
 from reconciler.spec.environment import EnvPolicy, globs
-from reconciler.spec.task import year_problem
+from reconciler.spec.values import year_problem
 
 if TYPE_CHECKING:
     from reconciler.db.store import Store

@@ -32,8 +32,9 @@ from reconciler.files.tasks import (
     scan,
     spec_hash,
 )
+from reconciler.spec.model import Model, did_you_mean, suggestion
 from reconciler.spec.notifier import SlackNotifier, WebhookNotifier, spec_adapter, subscriptions
-from reconciler.spec.task import ID_SEGMENT, Model, did_you_mean, suggestion
+from reconciler.spec.values import ID_SEGMENT
 
 KIND_MISSING = 'missing kind; write kind = "webhook" or kind = "slack"'
 
@@ -59,7 +60,7 @@ NO_BODY = "a notifier sends the event as its JSON body; remove this key"
 
 @cache
 def _allowed_keys() -> dict[tuple[str, ...], list[str]]:
-    from reconciler.spec.task import BasicAuth, BearerAuth, OAuth2ClientCredentials
+    from reconciler.spec.target import BasicAuth, BearerAuth, OAuth2ClientCredentials
 
     def names(model: type[Model]) -> list[str]:
         return sorted(info.alias or name for name, info in model.model_fields.items())

@@ -22,7 +22,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from reconciler.errors import as_bytes, is_utf8
 from reconciler.schedule.triggers import Schedule, TriggerError, compile_schedule, never_fires, trigger_instants
-from reconciler.spec.task import TaskSpec, Trigger, did_you_mean, id_problem, suggestion, zone_problem
+from reconciler.spec.model import did_you_mean, suggestion
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.trigger import Trigger
+from reconciler.spec.values import id_problem, zone_problem
 
 if TYPE_CHECKING:
     from reconciler.files.notifiers import Notifiers
@@ -313,20 +316,22 @@ def _message(error: Any, spec_fields: dict[tuple[str, ...], list[str]], loc: tup
 
 def _allowed_keys() -> dict[tuple[str, ...], list[str]]:
     """Allowed keys per raw pydantic location (discriminated unions keep their tag)."""
-    from reconciler.spec import task as models
+    from reconciler.spec import model as base
+    from reconciler.spec import target, task
+    from reconciler.spec import trigger as triggers
 
-    def names(model: type[models.Model]) -> list[str]:
+    def names(model: type[base.Model]) -> list[str]:
         return sorted(info.alias or name for name, info in model.model_fields.items())
 
     allowed = {
-        (): names(models.TaskSpec),
-        ("target",): names(models.Target),
-        ("policy",): names(models.Policy),
-        ("notify",): names(models.Notify),
+        (): names(task.TaskSpec),
+        ("target",): names(target.Target),
+        ("policy",): names(task.Policy),
+        ("notify",): names(task.Notify),
     }
-    for trigger in (models.CronTrigger, models.IntervalTrigger, models.CalendarTrigger, models.OnceTrigger):
+    for trigger in (triggers.CronTrigger, triggers.IntervalTrigger, triggers.CalendarTrigger, triggers.OnceTrigger):
         allowed[("trigger", trigger.model_fields["kind"].annotation.__args__[0])] = names(trigger)  # type: ignore[union-attr]
-    for auth in (models.BearerAuth, models.BasicAuth, models.OAuth2ClientCredentials):
+    for auth in (target.BearerAuth, target.BasicAuth, target.OAuth2ClientCredentials):
         allowed[("target", "auth", auth.model_fields["kind"].annotation.__args__[0])] = names(auth)  # type: ignore[union-attr]
     return allowed
 

@@ -16,18 +16,9 @@ from zoneinfo import ZoneInfo
 from croniter import CroniterBadDateError, croniter
 
 from reconciler.clock import when_text
-from reconciler.spec.task import (
-    CRON_MACROS,
-    MAX_YEAR,
-    MIN_YEAR,
-    CalendarTrigger,
-    CronTrigger,
-    IntervalTrigger,
-    OnceTrigger,
-    TaskSpec,
-    Trigger,
-    WhenValue,
-)
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.trigger import CRON_MACROS, CalendarTrigger, CronTrigger, IntervalTrigger, OnceTrigger, Trigger
+from reconciler.spec.values import MAX_YEAR, MIN_YEAR, WhenValue
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Occurrences exist only in [FLOOR, HORIZON): the years a task file may name (models.MIN_YEAR to

@@ -17,15 +17,9 @@ from pydantic import ValidationError
 from reconciler.cli.parser import COUNT, KEEP_DAYS, SECONDS, host_port
 from reconciler.files.tasks import FileError, hostile_values, load_dir, scan
 from reconciler.schedule.triggers import FLOOR, HORIZON, compile_schedule, upcoming
-from reconciler.spec.task import (
-    MAX_CALENDAR_EVERY,
-    MAX_INTERVAL_SECONDS,
-    MAX_KEEP_RUNS,
-    MAX_MISFIRE_GRACE_SECONDS,
-    TaskSpec,
-    check_url,
-    is_credential_name,
-)
+from reconciler.spec.target import check_url, is_credential_name
+from reconciler.spec.task import MAX_KEEP_RUNS, MAX_MISFIRE_GRACE_SECONDS, TaskSpec
+from reconciler.spec.trigger import MAX_CALENDAR_EVERY, MAX_INTERVAL_SECONDS
 
 TARGET = {"url": "http://127.0.0.1:9/"}
 CRON = {"kind": "cron", "expr": "* * * * *"}

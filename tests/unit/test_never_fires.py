@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from reconciler.cli.parser import main
 from reconciler.files.tasks import FileWarning, Task, fire_warnings, load_text
 from reconciler.schedule.triggers import A_YEAR, TEN_YEARS, _matches_every_year, compile_schedule, never_fires
-from reconciler.spec.task import cron_problem
+from reconciler.spec.trigger import cron_problem
 from tests.helpers import spec
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
