@@ -24,7 +24,8 @@ from reconciler.clock import utcnow
 from reconciler.db.embedded import resolve_dsn
 from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, DatabaseUnavailable, UserError
 from reconciler.files.environment import policy_errors, unset_errors
-from reconciler.files.notifiers import Notifiers, load_notifiers, subscription_errors
+from reconciler.files.notifiers import Notifiers, load_notifiers
+from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import LoadResult, fire_warnings, load_dir
 from reconciler.output import text as render
 from reconciler.reconcile.revision import detect

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from reconciler.files.notifiers import Notifier
-from reconciler.files.tasks import FileError, Task
+from reconciler.files.problems import FileError
+from reconciler.files.tasks import Task
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier
 from reconciler.spec.target import Target

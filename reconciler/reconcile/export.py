@@ -30,7 +30,9 @@ from pydantic.fields import FieldInfo
 
 from reconciler.db.store import TaskRow
 from reconciler.errors import UserError
-from reconciler.files.tasks import FileError, load_text, printable, spec_hash, validate_data
+from reconciler.files.kinds import spec_hash
+from reconciler.files.problems import FileError, printable
+from reconciler.files.tasks import load_text, validate_data
 from reconciler.spec.target import Target, is_credential_name
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import MAX_NAME, EnvRef, id_problem

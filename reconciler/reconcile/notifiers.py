@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.db.store import Conn, Row, Store, TaskRow
-from reconciler.files.notifiers import Notifier, Notifiers, subscription_errors
+from reconciler.files.notifiers import Notifier, Notifiers
+from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import Task
 from reconciler.reconcile.plan import FieldDiff, Op, Plan, diff_fields
 

@@ -10,7 +10,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from reconciler.db.store import TaskRow
-from reconciler.files.tasks import FileError, Task, spec_hash
+from reconciler.files.kinds import spec_hash
+from reconciler.files.problems import FileError
+from reconciler.files.tasks import Task
 from reconciler.reconcile.revision import LiveRevision
 from reconciler.schedule.triggers import dst_warnings, never_fires, upcoming
 

@@ -150,6 +150,6 @@ def test_up_stops_with_a_one_line_error_when_its_watcher_dies(dsn: str, tmp_path
         trace = failed["exception"].splitlines()  # the whole stack in one field, not its last line only
         assert trace[0] == "Traceback (most recent call last):", trace
         assert any(line.startswith("psycopg.errors.UndefinedTable") for line in trace), trace
-        assert any("watching.py" in frame for frame in trace), trace
+        assert any("cli/watch.py" in frame for frame in trace), trace
         last = events[-1]["message"]
     assert "the file watcher stopped (" in last and "`up` stopped with it: restart it" in last

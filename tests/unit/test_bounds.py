@@ -15,7 +15,10 @@ import pytest
 from pydantic import ValidationError
 
 from reconciler.cli.parser import COUNT, KEEP_DAYS, SECONDS, host_port
-from reconciler.files.tasks import FileError, hostile_values, load_dir, scan
+from reconciler.files.problems import FileError
+from reconciler.files.scan import scan
+from reconciler.files.tasks import load_dir
+from reconciler.files.text import hostile_values
 from reconciler.schedule.triggers import FLOOR, HORIZON, compile_schedule, upcoming
 from reconciler.spec.target import check_url, is_credential_name
 from reconciler.spec.task import MAX_KEEP_RUNS, MAX_MISFIRE_GRACE_SECONDS, TaskSpec

@@ -14,7 +14,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from reconciler.cli.parser import main
-from reconciler.files.tasks import FileWarning, Task, fire_warnings, load_text
+from reconciler.files.problems import FileWarning
+from reconciler.files.tasks import Task, fire_warnings, load_text
 from reconciler.schedule.triggers import A_YEAR, TEN_YEARS, _matches_every_year, compile_schedule, never_fires
 from reconciler.spec.trigger import cron_problem
 from tests.helpers import spec
