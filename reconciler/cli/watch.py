@@ -43,24 +43,35 @@ async def apply_files(store: Store, args: argparse.Namespace) -> None:
     print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
 
 
-def _watchers(args: argparse.Namespace, stop: asyncio.Event) -> tuple[list[Changes], bool]:
-    """The file watchers of --tasks-dir and --notifiers-dir, and whether the latter is there. While it is
-    not, its parent is watched (not below) for it to appear; then the watchers are made anew."""
+def declared_dirs(args: argparse.Namespace) -> list[Path]:
+    """The directory of every declared kind (--tasks-dir, --notifiers-dir, …), in the registry's order."""
+    from reconciler.files.registry import KINDS
+
+    return [Path(getattr(args, kind.option.removeprefix("--").replace("-", "_"))) for kind in KINDS]
+
+
+def _present(args: argparse.Namespace) -> frozenset[Path]:
+    return frozenset(path for path in declared_dirs(args) if path.is_dir())
+
+
+def _watchers(args: argparse.Namespace, stop: asyncio.Event) -> tuple[list[Changes], frozenset[Path]]:
+    """The file watchers of the declared directories there, and which are there. While one is not (an
+    optional one: --tasks-dir must be), its parent is watched (not below) for it to appear; then the
+    watchers are made anew."""
     from watchfiles import awatch
 
     common: dict[str, Any] = {"debounce": args.debounce_ms, "step": 50, "stop_event": stop}
-    notifiers = Path(args.notifiers_dir)
-    if notifiers.is_dir():
-        return [awatch(args.tasks_dir, args.notifiers_dir, recursive=True, **common)], True
-    watchers = [awatch(args.tasks_dir, recursive=True, **common)]
-    parent = notifiers.absolute().parent
-    if parent.is_dir():
+    present = _present(args)
+    watchers = [awatch(*[str(path) for path in declared_dirs(args) if path in present], recursive=True, **common)]
+    for missing in (path for path in declared_dirs(args) if path not in present):
+        parent = missing.absolute().parent
+        if parent.is_dir():
 
-        def appears(_: Any, path: str) -> bool:
-            return Path(path).name == notifiers.name
+            def appears(_: Any, path: str, name: str = missing.name) -> bool:
+                return Path(path).name == name
 
-        watchers.append(awatch(parent, recursive=False, watch_filter=appears, **common))
-    return watchers, False
+            watchers.append(awatch(parent, recursive=False, watch_filter=appears, **common))
+    return watchers, present
 
 
 async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
@@ -71,14 +82,14 @@ async def watch_files(store: Store, args: argparse.Namespace, stop: asyncio.Even
         # watchfiles watcher sets its stop event, which is the engine's too under `up`).
         ended = asyncio.Event()
         relay = asyncio.ensure_future(_set_when(stop, ended))
-        watchers, had_notifiers = _watchers(args, ended)
+        watchers, present = _watchers(args, ended)
         # Each watcher's first step creates it; let them run before the apply, so an edit made while
         # that apply runs is seen (it waits in the watcher) instead of lost.
         steps: dict[asyncio.Future[Any], Changes] = {asyncio.ensure_future(anext(w)): w for w in watchers}
         await asyncio.sleep(0)
         try:
             await apply_files(store, args)
-            anew = await _apply_on_changes(store, args, steps, had_notifiers)
+            anew = await _apply_on_changes(store, args, steps, present)
         finally:
             ended.set()
             relay.cancel()
@@ -99,10 +110,10 @@ async def _set_when(first: asyncio.Event, then: asyncio.Event) -> None:
 
 
 async def _apply_on_changes(
-    store: Store, args: argparse.Namespace, steps: dict[asyncio.Future[Any], Changes], had_notifiers: bool
+    store: Store, args: argparse.Namespace, steps: dict[asyncio.Future[Any], Changes], present: frozenset[Path]
 ) -> bool:
     """Apply after each change any watcher reports; False once every watcher stopped (`stop`), True when
-    the watchers must be made anew (--notifiers-dir appeared or went, or a watched directory is gone)."""
+    the watchers must be made anew (a declared directory appeared or went, or a watched one is gone)."""
     while steps:
         done, _ = await asyncio.wait(steps, return_when=asyncio.FIRST_COMPLETED)
         anew = changed = False
@@ -122,7 +133,7 @@ async def _apply_on_changes(
                 continue
             changed = True
             steps[asyncio.ensure_future(anext(watcher))] = watcher
-        if anew or Path(args.notifiers_dir).is_dir() != had_notifiers:
+        if anew or _present(args) != present:
             return True
         if changed:
             await apply_files(store, args)
