@@ -6,7 +6,7 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
-# Bump when a change to models.py, loader.py or triggers.py changes what some file parses to, or
+# Bump when a change to spec/, files/ or schedule/ changes what some file parses to, or
 # whether it parses: every file's digest changes with it, so each file is parsed again once.
 PARSER_VERSION = 1
 
@@ -27,9 +27,10 @@ def parser_key() -> bytes:
     # croniter has no __version__, and importlib.metadata costs `validate` 40 ms to import: its code stands in.
     cron_file = sys.modules[croniter.__module__].__file__
     cron_code = hashlib.sha256(Path(cron_file).read_bytes()).hexdigest() if cron_file else "unknown"
-    # The package's own code, every module: a change that forgets PARSER_VERSION still re-parses.
-    package = Path(__file__).parent
-    code = hashlib.sha256(b"".join(path.read_bytes() for path in sorted(package.glob("*.py")))).hexdigest()
+    # The package's own code, every module of every subpackage (the models are in spec/, not beside this
+    # file): a change that forgets PARSER_VERSION still re-parses.
+    package = Path(__file__).parent.parent
+    code = hashlib.sha256(b"".join(path.read_bytes() for path in sorted(package.rglob("*.py")))).hexdigest()
     parts = [f"reconciler {__version__} parser {PARSER_VERSION} code {code}", f"python {sys.version}"]
     parts += [f"pydantic {pydantic.VERSION}", f"croniter {cron_code}"]
     for folder in zoneinfo.TZPATH:  # the first folder with an index names the system's tz data version

@@ -136,3 +136,9 @@ def test_the_allowed_keys_are_read_from_the_models() -> None:
     assert NOTIFIERS.keys.root_tags == ("webhook", "slack")
     assert ("auth", "basic") in NOTIFIERS.keys.tags
     assert GREETINGS.keys.allowed == {(): ["text"]}
+
+
+def test_the_registry_and_the_schemas_name_the_same_kinds() -> None:
+    from reconciler.spec.jsonschema import KINDS as SCHEMAS
+
+    assert sorted(kind.name for kind in KINDS) == sorted(SCHEMAS)
