@@ -10,7 +10,8 @@ from pathlib import Path
 
 from bench.common import best_of, write_results, write_tasks
 from reconciler.cli.parser import tune_gc
-from reconciler.files.tasks import discover, load_dir
+from reconciler.files.scan import discover
+from reconciler.files.tasks import load_dir
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import TaskSpec
 

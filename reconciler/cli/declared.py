@@ -7,7 +7,8 @@ from pathlib import Path
 from reconciler.cli.console import err
 from reconciler.cli.options import FilesOptions
 from reconciler.errors import UserError
-from reconciler.files.notifiers import Notifiers, load_notifiers, subscription_errors
+from reconciler.files.notifiers import Notifiers, load_notifiers
+from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import LoadResult, load_dir
 
 

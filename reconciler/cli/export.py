@@ -12,7 +12,7 @@ from reconciler.cli.runtime import with_store
 from reconciler.clock import utcnow
 from reconciler.db.store import Store, TaskRow
 from reconciler.errors import EXIT_OK, UserError
-from reconciler.files.tasks import printable
+from reconciler.files.problems import printable
 from reconciler.reconcile.export import DEFAULT_OUT_DIR, Placeholders, check_targets, export_row, write_new
 
 

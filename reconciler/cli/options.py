@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from reconciler.errors import UserError
-from reconciler.spec.task import year_problem
+from reconciler.spec.values import year_problem
 
 if TYPE_CHECKING:
     from reconciler.engine.loop import EngineConfig

@@ -11,7 +11,7 @@ from typing import Any
 
 from reconciler.cli.console import err
 from reconciler.cli.declared import need_tasks_dir, notifier_files
-from reconciler.cli.options import DatabaseOptions, WatchOptions
+from reconciler.cli.options import DatabaseOptions, FilesOptions, WatchOptions
 from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
 from reconciler.db.store import Store
@@ -60,25 +60,36 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
     print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
 
 
-def _watchers(options: WatchOptions, stop: asyncio.Event) -> tuple[list[Changes], bool]:
-    """The file watchers of --tasks-dir and --notifiers-dir, and whether the latter is there. While it is
-    not, its parent is watched (not below) for it to appear; then the watchers are made anew."""
+def declared_dirs(files: FilesOptions) -> list[Path]:
+    """The directory of every declared kind (--tasks-dir, --notifiers-dir, …), in the registry's order."""
+    from reconciler.files.registry import KINDS
+
+    return [Path(getattr(files, kind.option.removeprefix("--").replace("-", "_"))) for kind in KINDS]
+
+
+def _present(files: FilesOptions) -> frozenset[Path]:
+    return frozenset(path for path in declared_dirs(files) if path.is_dir())
+
+
+def _watchers(options: WatchOptions, stop: asyncio.Event) -> tuple[list[Changes], frozenset[Path]]:
+    """The file watchers of the declared directories there, and which are there. While one is not (an
+    optional one: --tasks-dir must be), its parent is watched (not below) for it to appear; then the
+    watchers are made anew."""
     from watchfiles import awatch
 
-    files = options.files
     common: dict[str, Any] = {"debounce": options.debounce_ms, "step": 50, "stop_event": stop}
-    notifiers = Path(files.notifiers_dir)
-    if notifiers.is_dir():
-        return [awatch(files.tasks_dir, files.notifiers_dir, recursive=True, **common)], True
-    watchers = [awatch(files.tasks_dir, recursive=True, **common)]
-    parent = notifiers.absolute().parent
-    if parent.is_dir():
+    dirs = declared_dirs(options.files)
+    present = _present(options.files)
+    watchers = [awatch(*[str(path) for path in dirs if path in present], recursive=True, **common)]
+    for missing in (path for path in dirs if path not in present):
+        parent = missing.absolute().parent
+        if parent.is_dir():
 
-        def appears(_: Any, path: str) -> bool:
-            return Path(path).name == notifiers.name
+            def appears(_: Any, path: str, name: str = missing.name) -> bool:
+                return Path(path).name == name
 
-        watchers.append(awatch(parent, recursive=False, watch_filter=appears, **common))
-    return watchers, False
+            watchers.append(awatch(parent, recursive=False, watch_filter=appears, **common))
+    return watchers, present
 
 
 async def watch_files(store: Store, options: WatchOptions, stop: asyncio.Event | None = None) -> None:
@@ -89,14 +100,14 @@ async def watch_files(store: Store, options: WatchOptions, stop: asyncio.Event |
         # watchfiles watcher sets its stop event, which is the engine's too under `up`).
         ended = asyncio.Event()
         relay = asyncio.ensure_future(_set_when(stop, ended))
-        watchers, had_notifiers = _watchers(options, ended)
+        watchers, present = _watchers(options, ended)
         # Each watcher's first step creates it; let them run before the apply, so an edit made while
         # that apply runs is seen (it waits in the watcher) instead of lost.
         steps: dict[asyncio.Future[Any], Changes] = {asyncio.ensure_future(anext(w)): w for w in watchers}
         await asyncio.sleep(0)
         try:
             await apply_files(store, options)
-            anew = await _apply_on_changes(store, options, steps, had_notifiers)
+            anew = await _apply_on_changes(store, options, steps, present)
         finally:
             ended.set()
             relay.cancel()
@@ -117,10 +128,10 @@ async def _set_when(first: asyncio.Event, then: asyncio.Event) -> None:
 
 
 async def _apply_on_changes(
-    store: Store, options: WatchOptions, steps: dict[asyncio.Future[Any], Changes], had_notifiers: bool
+    store: Store, options: WatchOptions, steps: dict[asyncio.Future[Any], Changes], present: frozenset[Path]
 ) -> bool:
     """Apply after each change any watcher reports; False once every watcher stopped (`stop`), True when
-    the watchers must be made anew (--notifiers-dir appeared or went, or a watched directory is gone)."""
+    the watchers must be made anew (a declared directory appeared or went, or a watched one is gone)."""
     while steps:
         done, _ = await asyncio.wait(steps, return_when=asyncio.FIRST_COMPLETED)
         anew = changed = False
@@ -140,7 +151,7 @@ async def _apply_on_changes(
                 continue
             changed = True
             steps[asyncio.ensure_future(anext(watcher))] = watcher
-        if anew or Path(options.files.notifiers_dir).is_dir() != had_notifiers:
+        if anew or _present(options.files) != present:
             return True
         if changed:
             await apply_files(store, options)

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from reconciler.files.notifiers import Notifier
-from reconciler.files.tasks import FileError, Task
+from reconciler.files.problems import FileError
+from reconciler.files.tasks import Task
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier
-from reconciler.spec.task import EnvRef, Target, TaskSpec
+from reconciler.spec.target import Target
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.values import EnvRef
 
 
 def target_references(target: Target, prefix: str) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from reconciler.db.store import DB_FAULTS, Row, Store
 from reconciler.errors import one_line
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier, WebhookNotifier, parse_spec
-from reconciler.spec.task import Target
+from reconciler.spec.target import Target
 from reconciler.targets.http import Attempt, Firer, backoff_delay
 
 log = logging.getLogger("reconciler.engine")

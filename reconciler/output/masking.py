@@ -12,7 +12,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-from reconciler.spec.task import is_credential_name
+from reconciler.spec.target import is_credential_name
 
 MASK = "***"
 # An http(s) URL in free text: masked as a whole by mask_url (userinfo, query, fragment).

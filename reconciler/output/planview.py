@@ -15,7 +15,8 @@ from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_iso, utc_text, when_text
 from reconciler.output.masking import mask_path, mask_spec, mask_url
-from reconciler.reconcile.plan import FORMAT_VERSION, Change, FieldDiff, Plan
+from reconciler.reconcile.diff import FieldDiff
+from reconciler.reconcile.plan import FORMAT_VERSION, Change, Plan
 from reconciler.spec.task import Policy
 
 if TYPE_CHECKING:

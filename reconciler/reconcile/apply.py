@@ -20,8 +20,8 @@ from reconciler.files.notifiers import Notifiers
 from reconciler.files.tasks import LoadResult, Stored, Task, read_files
 from reconciler.notify.events import stateful
 from reconciler.reconcile import revision
-from reconciler.reconcile.notifiers import attach_notifiers, notifier_rows, write_notifiers
-from reconciler.reconcile.plan import Change, Plan, make_plan
+from reconciler.reconcile.notifiers import notifier_rows, write_notifiers
+from reconciler.reconcile.plan import Change, Plan, attach_notifiers, make_plan
 from reconciler.reconcile.revision import LiveRevision, Revision
 
 NOTIFY_IDS_CAP = 100

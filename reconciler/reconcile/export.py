@@ -30,8 +30,12 @@ from pydantic.fields import FieldInfo
 
 from reconciler.db.store import TaskRow
 from reconciler.errors import UserError
-from reconciler.files.tasks import FileError, load_text, printable, spec_hash, validate_data
-from reconciler.spec.task import MAX_NAME, EnvRef, Target, TaskSpec, id_problem, is_credential_name
+from reconciler.files.kinds import spec_hash
+from reconciler.files.problems import FileError, printable
+from reconciler.files.tasks import load_text, validate_data
+from reconciler.spec.target import Target, is_credential_name
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.values import MAX_NAME, EnvRef, id_problem
 
 DEFAULT_OUT_DIR = "exported.d"
 PLACEHOLDER_PREFIX = "EXPORTED_"  # not RECONCILER_*: engines refuse to hand their own settings to tasks

@@ -1,17 +1,15 @@
-"""Notifiers in a plan: the diff of `notifiers.d/` against `scheduler.notifiers` for one source, the tasks'
-subscriptions checked against it, and apply's writes (in the plan's transaction)."""
+"""Notifiers in a plan: the diff of `notifiers.d/` against `scheduler.notifiers` for one source, and apply's
+writes (in the plan's transaction)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.db.store import Conn, Row, Store, TaskRow
-from reconciler.files.notifiers import Notifier, Notifiers, subscription_errors
-from reconciler.files.tasks import Task
-from reconciler.reconcile.plan import FieldDiff, Op, Plan, diff_fields
+from reconciler.db.store import Conn, Row, Store
+from reconciler.files.notifiers import Notifier
+from reconciler.reconcile.diff import FieldDiff, Op, diff_declared
 
 
 @dataclass(frozen=True)
@@ -45,33 +43,7 @@ async def notifier_rows(conn: Conn) -> list[NotifierRow]:
 
 def diff_notifiers(desired: Mapping[str, Notifier], rows: list[NotifierRow], source: str) -> list[NotifierChange]:
     """What apply does to this source's notifiers: create, update, delete (unchanged ones are left out)."""
-    stored = {row.name: row for row in rows if row.source == source}
-    changes: list[NotifierChange] = []
-    for name, notifier in desired.items():
-        row = stored.get(name)
-        if row is None:
-            changes.append(NotifierChange("create", name, notifier=notifier))
-        elif row.spec_hash != notifier.spec_hash:
-            fields = diff_fields(row.spec, notifier.normalized)
-            changes.append(NotifierChange("update", name, fields, notifier, row.spec))
-    changes += [NotifierChange("delete", name, before=row.spec) for name, row in stored.items() if name not in desired]
-    return sorted(changes, key=lambda c: c.name)
-
-
-def attach_notifiers(
-    plan: Plan, notifiers: Notifiers, stored: list[NotifierRow], tasks: list[Task], rows: list[TaskRow]
-) -> Plan:
-    """Add the notifier changes to `plan`, the unknown subscriptions to its conflicts, and the notifier
-    rows to its state fingerprint (a saved plan is stale once they change)."""
-    plan.notifiers = diff_notifiers(notifiers.by_name, stored, plan.source)
-    stored_specs = {row.id: row.spec for row in rows}
-    plan.conflicts += notifiers.errors + subscription_errors(tasks, stored_specs, notifiers)
-    if stored:
-        digest = hashlib.sha256(plan.state_fingerprint.encode())
-        for row in sorted(stored, key=lambda r: (r.source, r.name)):
-            digest.update(f"{row.source}\0{row.name}\0{row.spec_hash}\n".encode())
-        plan.state_fingerprint = "sha256:" + digest.hexdigest()
-    return plan
+    return [NotifierChange(*change) for change in diff_declared(desired, rows, source)]
 
 
 async def write_notifiers(conn: Conn, changes: list[NotifierChange], source: str) -> None:

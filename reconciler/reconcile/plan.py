@@ -7,27 +7,22 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from reconciler.db.store import TaskRow
-from reconciler.files.tasks import FileError, Task, spec_hash
+from reconciler.files.kinds import spec_hash
+from reconciler.files.notifiers import Notifiers
+from reconciler.files.problems import FileError
+from reconciler.files.subscriptions import subscription_errors
+from reconciler.files.tasks import Task
+from reconciler.reconcile.diff import FieldDiff, Op, diff_fields
+from reconciler.reconcile.notifiers import NotifierChange, NotifierRow, diff_notifiers
 from reconciler.reconcile.revision import LiveRevision
 from reconciler.schedule.preview import dst_warnings, never_fires, upcoming
 
-if TYPE_CHECKING:
-    from reconciler.reconcile.notifiers import NotifierChange
-
-Op = Literal["create", "update", "delete", "move", "noop"]
 FORMAT_VERSION = 2
 # Keys whose change moves the schedule: next_run_at is recomputed from now.
 RETIMING = ("trigger", "timezone", "policy.dst_gap", "policy.dst_overlap")
-
-
-@dataclass(frozen=True)
-class FieldDiff:
-    path: str
-    old: Any
-    new: Any
 
 
 @dataclass(frozen=True)
@@ -92,7 +87,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     live: LiveRevision | None = None
     schema_missing: bool = False
-    notifiers: list[NotifierChange] = field(default_factory=list)  # see notifier_plan.attach_notifiers
+    notifiers: list[NotifierChange] = field(default_factory=list)  # see attach_notifiers
 
     def count(self, op: str) -> int:
         return sum(1 for c in self.changes if c.op == op)
@@ -122,26 +117,6 @@ class Plan:
             )
         text = json.dumps(described, sort_keys=True, default=str, ensure_ascii=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} → {"a.b": 1}; lists and scalars are leaves."""
-    if isinstance(value, dict) and value:
-        out: dict[str, Any] = {}
-        for key in sorted(value):
-            out.update(flatten(value[key], f"{prefix}.{key}" if prefix else key))
-        return out
-    return {prefix: value}
-
-
-def diff_fields(old: dict[str, Any], new: dict[str, Any]) -> list[FieldDiff]:
-    """Field-level differences between two normalized specs, sorted by path."""
-    left, right = flatten(old), flatten(new)
-    return [
-        FieldDiff(path, left.get(path), right.get(path))
-        for path in sorted(set(left) | set(right))
-        if left.get(path) != right.get(path)
-    ]
 
 
 def state_fingerprint(rows: list[TaskRow]) -> str:
@@ -254,3 +229,19 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
                 changes.append(Change("delete", row.id, row=row, drift=is_drifted(row)))
     changes.sort(key=lambda c: c.id)
     return Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune)
+
+
+def attach_notifiers(
+    plan: Plan, notifiers: Notifiers, stored: list[NotifierRow], tasks: list[Task], rows: list[TaskRow]
+) -> Plan:
+    """Add the notifier changes to `plan`, the unknown subscriptions to its conflicts, and the notifier
+    rows to its state fingerprint (a saved plan is stale once they change)."""
+    plan.notifiers = diff_notifiers(notifiers.by_name, stored, plan.source)
+    stored_specs = {row.id: row.spec for row in rows}
+    plan.conflicts += notifiers.errors + subscription_errors(tasks, stored_specs, notifiers)
+    if stored:
+        digest = hashlib.sha256(plan.state_fingerprint.encode())
+        for row in sorted(stored, key=lambda r: (r.source, r.name)):
+            digest.update(f"{row.source}\0{row.name}\0{row.spec_hash}\n".encode())
+        plan.state_fingerprint = "sha256:" + digest.hexdigest()
+    return plan

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
-from reconciler.spec.task import MAX_YEAR, MIN_YEAR
+from reconciler.spec.values import MAX_YEAR, MIN_YEAR
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Occurrences exist only in [FLOOR, HORIZON): the years a task file may name (models.MIN_YEAR to

@@ -11,7 +11,8 @@ from croniter import CroniterBadDateError, croniter
 
 from reconciler.schedule.base import Overlap
 from reconciler.schedule.walltime import WallClockSchedule
-from reconciler.spec.task import CRON_MACROS, CronTrigger, TaskSpec
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.trigger import CRON_MACROS, CronTrigger
 
 
 class CronSchedule(WallClockSchedule):

@@ -15,7 +15,8 @@ from reconciler.schedule.base import DST_MARGIN, HORIZON, Fire, Schedule, requir
 from reconciler.schedule.cron import matches_every_year
 from reconciler.schedule.triggers import trigger_instants
 from reconciler.schedule.walltime import transition_between
-from reconciler.spec.task import CronTrigger, OnceTrigger, TaskSpec
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.trigger import CronTrigger, OnceTrigger
 
 
 def upcoming(schedule: Schedule, after: datetime, count: int) -> list[Fire]:

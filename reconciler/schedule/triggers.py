@@ -13,7 +13,8 @@ from reconciler.schedule.calendars import CalendarSchedule
 from reconciler.schedule.cron import CronSchedule, default_overlap
 from reconciler.schedule.elapsed import IntervalSchedule, OnceSchedule
 from reconciler.schedule.walltime import resolve_window_time
-from reconciler.spec.task import CalendarTrigger, CronTrigger, IntervalTrigger, OnceTrigger, TaskSpec, Trigger
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.trigger import CalendarTrigger, CronTrigger, IntervalTrigger, OnceTrigger, Trigger
 
 
 def trigger_instants(trigger: Trigger, zone: ZoneInfo) -> tuple[dict[str, datetime], list[TriggerError]]:

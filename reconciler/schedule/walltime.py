@@ -25,7 +25,7 @@ from reconciler.schedule.base import (
     start_from,
     within_horizon,
 )
-from reconciler.spec.task import WhenValue
+from reconciler.spec.values import WhenValue
 
 # ---------------------------------------------------------------- local ↔ instant
 

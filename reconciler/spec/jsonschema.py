@@ -18,7 +18,8 @@ from pydantic_core import core_schema
 
 from reconciler.errors import UserError
 from reconciler.spec.notifier import NotifierFile
-from reconciler.spec.task import MAX_CLOCK_TIMES, MAX_TEXT, ClockTimes, EnvRef, SecretRef, StrOrEnv, TaskSpec, When
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.values import MAX_CLOCK_TIMES, MAX_TEXT, ClockTimes, EnvRef, SecretRef, StrOrEnv, When
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -8,7 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, RootModel, TypeAdapter
 
-from reconciler.spec.task import NOTIFY_EVENTS, Model, SecretRef, Target
+from reconciler.spec.model import Model
+from reconciler.spec.target import Target
+from reconciler.spec.task import NOTIFY_EVENTS
+from reconciler.spec.values import SecretRef
 
 MAX_NOTIFY_TIMEOUT = 60.0
 

@@ -25,7 +25,9 @@ import yarl
 
 from reconciler.clock import DATABASE, utc_iso, utc_stamp
 from reconciler.spec.environment import EnvPolicy
-from reconciler.spec.task import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, Target, TaskSpec
+from reconciler.spec.target import HEADER_VALUE, BasicAuth, BearerAuth, OAuth2ClientCredentials, Target
+from reconciler.spec.task import TaskSpec
+from reconciler.spec.values import EnvRef
 from reconciler.targets.secrets import EnvProblem, RunSecrets
 
 EXCERPT_BYTES = 1024

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from urllib.parse import quote, quote_plus
 
 from reconciler.spec.environment import EnvPolicy
-from reconciler.spec.task import EnvRef
+from reconciler.spec.values import EnvRef
 
 REDACTED = "[redacted]"
 

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 
 from reconciler.cli.parser import main
 from reconciler.db.store import TaskRow
-from reconciler.files.tasks import load_dir, load_text, spec_hash
+from reconciler.files.kinds import spec_hash
+from reconciler.files.tasks import load_dir, load_text
 from reconciler.reconcile.export import DEFAULT_OUT_DIR, Placeholders, export_row
 from tests.cli.test_fuzz_files import boundary_task
 

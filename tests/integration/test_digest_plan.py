@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.db.store import Store
-from reconciler.files import tasks as loader
+from reconciler.files import digests as loader
 from reconciler.files.tasks import LoadResult, load_dir
 from reconciler.output.planview import plan_json, plan_markdown, plan_text
 from reconciler.reconcile import apply

@@ -18,16 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "reconciler"
 MAX_LINES = 600
 
-# Known cases being fixed on other branches; the lead empties these when merging them. Any other case fails.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"reconciler.files.tasks", "reconciler.files.notifiers"}),
-    frozenset({"reconciler.reconcile.plan", "reconciler.reconcile.notifiers"}),
-}
-KNOWN_LONG: set[str] = {
-    "reconciler.files.tasks",
-    "reconciler.spec.task",
-}
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
@@ -109,12 +99,7 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_no_import_cycle_between_modules() -> None:
     found = set(cycles(import_graph()))
-    assert sorted(sorted(cycle) for cycle in found - KNOWN_CYCLES) == []
-
-
-def test_the_known_cycles_are_still_cycles() -> None:
-    """A cycle fixed here leaves the allowlist: it must not come back unseen."""
-    assert sorted(sorted(cycle) for cycle in KNOWN_CYCLES - set(cycles(import_graph()))) == []
+    assert sorted(sorted(cycle) for cycle in found) == []
 
 
 def test_the_scan_sees_every_kind_of_import() -> None:
@@ -145,13 +130,7 @@ def test_argparse_only_in_the_cli() -> None:
 
 def test_no_module_over_600_lines() -> None:
     long = {name for name, path in modules().items() if len(path.read_text().splitlines()) > MAX_LINES}
-    assert sorted(long - KNOWN_LONG) == []
-
-
-def test_the_known_long_modules_are_still_long() -> None:
-    """A module split here leaves the allowlist: it must not grow back unseen."""
-    lines = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
-    assert sorted(name for name in KNOWN_LONG if lines.get(name, 0) <= MAX_LINES) == []
+    assert sorted(long) == []
 
 
 def test_the_layers_contract_holds() -> None:

@@ -15,19 +15,16 @@ import pytest
 from pydantic import ValidationError
 
 from reconciler.cli.parser import COUNT, KEEP_DAYS, SECONDS, host_port
-from reconciler.files.tasks import FileError, hostile_values, load_dir, scan
+from reconciler.files.problems import FileError
+from reconciler.files.scan import scan
+from reconciler.files.tasks import load_dir
+from reconciler.files.text import hostile_values
 from reconciler.schedule.base import FLOOR, HORIZON
 from reconciler.schedule.preview import upcoming
 from reconciler.schedule.triggers import compile_schedule
-from reconciler.spec.task import (
-    MAX_CALENDAR_EVERY,
-    MAX_INTERVAL_SECONDS,
-    MAX_KEEP_RUNS,
-    MAX_MISFIRE_GRACE_SECONDS,
-    TaskSpec,
-    check_url,
-    is_credential_name,
-)
+from reconciler.spec.target import check_url, is_credential_name
+from reconciler.spec.task import MAX_KEEP_RUNS, MAX_MISFIRE_GRACE_SECONDS, TaskSpec
+from reconciler.spec.trigger import MAX_CALENDAR_EVERY, MAX_INTERVAL_SECONDS
 
 TARGET = {"url": "http://127.0.0.1:9/"}
 CRON = {"kind": "cron", "expr": "* * * * *"}

@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.cli.parser import main
 from reconciler.spec.environment import EnvPolicy, globs
-from reconciler.spec.task import EnvRef
+from reconciler.spec.values import EnvRef
 from reconciler.targets.secrets import EnvProblem, RunSecrets, storable
 
 

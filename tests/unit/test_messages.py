@@ -12,8 +12,9 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.files.tasks import FileError, load_dir, load_text
-from reconciler.spec.task import MAX_INTERVAL_SECONDS, cron_problem, every_seconds, parse_every
+from reconciler.files.problems import FileError
+from reconciler.files.tasks import load_dir, load_text
+from reconciler.spec.trigger import MAX_INTERVAL_SECONDS, cron_problem, every_seconds, parse_every
 
 URL = "http://127.0.0.1:9/x"
 

@@ -14,11 +14,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from reconciler.cli.parser import main
-from reconciler.files.tasks import FileWarning, Task, fire_warnings, load_text
+from reconciler.files.problems import FileWarning
+from reconciler.files.tasks import Task, fire_warnings, load_text
 from reconciler.schedule.cron import matches_every_year
 from reconciler.schedule.preview import A_YEAR, TEN_YEARS, never_fires
 from reconciler.schedule.triggers import compile_schedule
-from reconciler.spec.task import cron_problem
+from reconciler.spec.trigger import cron_problem
 from tests.helpers import spec
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

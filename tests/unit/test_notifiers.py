@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.engine.claim import decide
-from reconciler.files.notifiers import load_notifiers, subscription_errors, validate_notifier
+from reconciler.files.notifiers import load_notifiers, validate_notifier
+from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import load_dir
 from reconciler.notify.events import Ended, State, stateful, transitions
 from reconciler.spec.task import Policy

@@ -1,0 +1,205 @@
+"""A kind of declared file (tasks.d, notifiers.d, …): its directory, model and id rule, and the one check every
+file of every kind goes through: name → TOML → values no model may see → the model → the kind's own checks.
+
+A new kind is a model and a `Kind` subclass naming it (see registry.py for the list of kinds); it gets the
+reading, one-line errors (file, line, key, fix), unknown-key hints and digests of the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from reconciler.files.messages import Keys, allowed_keys, model_errors
+from reconciler.files.problems import FileError, key_path
+from reconciler.files.text import BOM, defused, hostile_values, key_lines, locate, parse_toml
+from reconciler.spec.values import ID_SEGMENT, id_problem
+
+# (key path, message, key as shown when not the path) → the file's error at that key
+ErrorAt = Callable[..., FileError]
+ItemT = TypeVar("ItemT", bound="Declared")
+
+
+def canonical_json(normalized: dict[str, Any]) -> str:
+    """A normalized spec as JSON text with sorted keys and no spaces: the same spec, the same text."""
+    return json.dumps(normalized, sort_keys=True, separators=(",", ":"))
+
+
+def spec_hash(normalized: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a normalized spec."""
+    return "sha256:" + hashlib.sha256(canonical_json(normalized).encode()).hexdigest()
+
+
+class Declared:
+    """What every valid declared file offers: the line of a key, and its spec normalized, as canonical
+    JSON and hashed (what apply stores and compares)."""
+
+    path: str
+    source: str  # the file's text, for the line of a key
+
+    def key(self) -> str:
+        """The file's id in its kind: a task's `team/name`, a notifier's name."""
+        raise NotImplementedError
+
+    def model(self) -> BaseModel:
+        """The file's validated model."""
+        raise NotImplementedError
+
+    def line_of(self, *key: str) -> int:
+        """The file line of a key path (0 when unknown); computed only when an error needs it."""
+        return locate(key_lines(self.source), key)
+
+    @cached_property
+    def normalized(self) -> dict[str, Any]:
+        """The spec as stored in the database (defaults filled in)."""
+        return self.model().model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @cached_property
+    def canonical(self) -> str:
+        """The normalized spec as canonical JSON: what spec_hash hashes, and what apply stores."""
+        return canonical_json(self.normalized)
+
+    @cached_property
+    def spec_hash(self) -> str:
+        """A stable hash of the normalized spec."""
+        return "sha256:" + hashlib.sha256(self.canonical.encode()).hexdigest()
+
+
+class Kind(Generic[ItemT]):
+    """One kind of declared file. Subclasses set the class attributes and `item`; the hooks below default
+    to what a kind without checks of its own needs."""
+
+    name: ClassVar[str]  # "task": in messages ("empty task file") and `schema --kind`
+    directory: ClassVar[str]  # "tasks.d": the default directory, beside the others
+    option: ClassVar[str]  # "--tasks-dir": the command-line option naming the directory
+    model: ClassVar[Any]  # the file's pydantic model, or a tagged union of models
+    empty: ClassVar[str]  # the error of an empty file: what to write first
+    nested: ClassVar[bool] = False  # ids are paths below the directory (`team/name`); else file names in it
+    within: ClassVar[str | None] = None  # the directory as a symlink's escape names it (None: its path)
+    in_line_order: ClassVar[bool] = True  # a file's errors are sorted by line
+
+    @cached_property
+    def keys(self) -> Keys:
+        return allowed_keys(self.model)
+
+    @cached_property
+    def adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(self.model)
+
+    def item(self, item_id: str, display: str, source: str, spec: Any, digest: str | None) -> ItemT:
+        """A valid file as the kind's item."""
+        raise NotImplementedError
+
+    def item_id(self, relative: str) -> str:
+        """The id of the file at `relative` (below the directory): `billing/invoices`, or `ops`."""
+        return relative.removesuffix(".toml") if self.nested else relative.rsplit("/", 1)[-1].removesuffix(".toml")
+
+    def name_error(self, item_id: str, display: str) -> FileError | None:
+        """Why the file's name cannot be an id."""
+        if self.nested:
+            problem = id_problem(item_id)
+            return FileError(display, 0, "id", f"{problem}; rename the file") if problem else None
+        if ID_SEGMENT.fullmatch(item_id):
+            return None
+        message = f"a {self.name}'s file name must match [a-z0-9][a-z0-9_.-]{{0,62}}.toml; rename the file"
+        return FileError(display, 0, "name", message)
+
+    def absent(self, root: str, directory: Path, required: bool) -> list[FileError]:
+        """The errors of a directory that is not there (none: the kind has no files then)."""
+        if directory.exists() or directory.is_symlink():  # a file there is no "no files"
+            problem = f"is not a directory; make it the directory of {self.name} files, or pass {self.option}"
+            return [FileError(root, 0, "(file)", problem)]
+        if required:
+            return [FileError(root, 0, "(file)", f"directory not found; create it or pass another {self.option}")]
+        return []
+
+    def rewrite(self, loc: tuple[str, ...], message: str) -> tuple[tuple[str, ...], str]:
+        """An error's key path and message as the file has them: a file that is a tagged union as a whole
+        has its tag in `kind`, not in front of every key."""
+        return (loc[1:] if loc[:1] and loc[0] in self.keys.root_tags else loc), message
+
+    def prepare(self, data: dict[str, Any], error: ErrorAt) -> tuple[dict[str, Any], list[FileError]]:
+        """The data the model sees, and errors the model cannot word well (before the model's)."""
+        return data, []
+
+    def model_error(self, found: FileError) -> FileError:
+        """One of the model's errors, worded for this kind."""
+        return found
+
+    def finish(
+        self,
+        item_id: str,
+        display: str,
+        source: str,
+        checked: tuple[Any, dict[str, Any], list[FileError], ErrorAt],
+        digest: str | None,
+    ) -> tuple[ItemT | None, list[FileError]]:
+        """The item, or every problem of the file: `checked` is (the model or None, the data it saw,
+        the errors so far, the file's ErrorAt) for checks of the kind's own."""
+        spec, _, errors, _ = checked
+        if spec is None:
+            return None, sorted(errors, key=lambda e: e.line)
+        if errors:
+            return None, errors
+        return self.item(item_id, display, source, spec, digest), []
+
+    def across(self, items: list[ItemT], present: set[str]) -> list[FileError]:
+        """Errors across the files of a directory (`present`: every id with a file, valid or not)."""
+        return []
+
+    def stand_in(self, file_id: str, display: str, source: str, digest: str, known: Mapping[str, Any]) -> ItemT | None:
+        """An item standing on what `known` holds of a file unchanged since it was applied (not parsed)."""
+        return None
+
+
+def validate(
+    kind: Kind[ItemT], item_id: str, display: str, source: str, digest: str | None = None
+) -> tuple[ItemT | None, list[FileError]]:
+    """One file's text → the kind's item, or every problem of the file (one line each)."""
+    source = source.removeprefix(BOM)
+    wrong = kind.name_error(item_id, display)
+    if wrong is not None:
+        return None, [wrong]
+    data, problems = parse_toml(display, source)
+    if data is None:
+        return None, problems
+    return check_data(kind, item_id, display, data, source, digest)
+
+
+def check_data(
+    kind: Kind[ItemT], item_id: str, display: str, data: dict[str, Any], source: str = "", digest: str | None = None
+) -> tuple[ItemT | None, list[FileError]]:
+    """Parsed TOML data → the kind's item, or every problem of it (also used for specs read back from the
+    database). Values no model may see are reported, and the model sees a harmless copy of them."""
+    if not data:
+        return None, [FileError(display, 0, "(file)", kind.empty)]
+    lines: dict[tuple[str, ...], int] | None = None
+
+    def error(loc: tuple[str, ...], message: str, key: str | None = None) -> FileError:
+        nonlocal lines
+        if lines is None:
+            lines = key_lines(source)
+        loc, message = kind.rewrite(loc, message)
+        return FileError(display, locate(lines, loc), key_path(loc) if key is None else key, message)
+
+    hostile = list(hostile_values(data))
+    errors = [error(loc, message) for loc, message in hostile]
+    if hostile:  # the model sees a defused copy; its errors about those values are dropped
+        data = defused(data)
+    data, refused = kind.prepare(data, error)
+    errors += refused
+    spec = None
+    try:
+        spec = kind.adapter.validate_python(data)
+    except ValidationError as exc:
+        # pydantic's locations of a file that is a tagged union start with the tag; the hostile ones do not
+        leads: list[tuple[str, ...]] = [(tag,) for tag in kind.keys.root_tags] or [()]
+        bad = [(*lead, *loc) for loc, _ in hostile for lead in leads]
+        errors += [kind.model_error(found) for found in model_errors(exc, kind.keys, bad, error)]
+    return kind.finish(item_id, display, source, (spec, data, errors, error), digest)

@@ -1,0 +1,70 @@
+"""Differences between a stored spec and a file's, and the diff of a kind whose files are stored whole
+(a spec and its hash per name and source, as notifiers are): what apply creates, updates and deletes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+
+from reconciler.files.kinds import Declared
+
+Op = Literal["create", "update", "delete", "move", "noop"]
+D = TypeVar("D", bound=Declared)
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    path: str
+    old: Any
+    new: Any
+
+
+class StoredSpec(Protocol):
+    """A stored item of a kind stored whole: its owner, name, normalized spec and spec hash."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> dict[str, Any]: ...
+    @property
+    def spec_hash(self) -> str: ...
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} → {"a.b": 1}; lists and scalars are leaves."""
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            out.update(flatten(value[key], f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: value}
+
+
+def diff_fields(old: dict[str, Any], new: dict[str, Any]) -> list[FieldDiff]:
+    """Field-level differences between two normalized specs, sorted by path."""
+    left, right = flatten(old), flatten(new)
+    return [
+        FieldDiff(path, left.get(path), right.get(path))
+        for path in sorted(set(left) | set(right))
+        if left.get(path) != right.get(path)
+    ]
+
+
+def diff_declared(
+    desired: Mapping[str, D], rows: Iterable[StoredSpec], source: str
+) -> list[tuple[Op, str, list[FieldDiff], D | None, dict[str, Any] | None]]:
+    """(op, name, fields, item, stored spec) of what apply does to this source's items (unchanged ones left
+    out), by name: the files' items are created or updated, the rows without a file deleted."""
+    stored = {row.name: row for row in rows if row.source == source}
+    changes: list[tuple[Op, str, list[FieldDiff], D | None, dict[str, Any] | None]] = []
+    for name, item in desired.items():
+        row = stored.get(name)
+        if row is None:
+            changes.append(("create", name, [], item, None))
+        elif row.spec_hash != item.spec_hash:
+            changes.append(("update", name, diff_fields(row.spec, item.normalized), item, row.spec))
+    changes += [("delete", name, [], None, row.spec) for name, row in stored.items() if name not in desired]
+    return sorted(changes, key=lambda change: change[1])
