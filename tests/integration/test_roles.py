@@ -164,7 +164,8 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
             await engine.heartbeat()
             report = await engine.run_once(NOW + timedelta(minutes=5, seconds=3))
             assert (report.fired, report.succeeded) == (2, 2), runs(initialized)
-            assert await engine.sleep_seconds(NOW) >= 0
+            # it reads when the next run is due: 12:10, ten seconds after 12:09:50
+            assert await engine.sleep_seconds(NOW + timedelta(minutes=9, seconds=50)) == 10.0
             await engine.prune_runs(utcnow() + timedelta(days=2))  # results carry the wall-clock time
             async with store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": "least-privilege"})

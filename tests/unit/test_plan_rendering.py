@@ -205,7 +205,16 @@ def test_the_shipped_examples_plan_with_their_targets(tmp_path: Path) -> None:
     loaded = load_dir(Path(__file__).parents[2] / "tasks.d", "tasks.d")
     text = planview.plan_text(make_plan(loaded.tasks, [], "default", NOW))
     assert text.count("    target: ") == len(loaded.tasks)
-    assert "auth oauth2_client_credentials" in text or "auth " in text
+    created, target_lines = re.findall(r"^\+ create (\S+)$", text, re.M), re.findall(r"^    target: (.*)$", text, re.M)
+    targets = dict(zip(created, target_lines, strict=True))
+    auths = {task_id: re.findall(r"\(auth (\w+);", line) for task_id, line in targets.items()}
+    assert auths == {
+        "billing/invoices": [],
+        "ops/cache-warm": ["bearer"],
+        "ops/monthly-report": ["oauth2_client_credentials"],
+        "ops/ping": [],
+        "ops/xmas-banner": ["basic"],
+    }, text
 
 
 def test_rows_edited_into_any_shape_still_render() -> None:
