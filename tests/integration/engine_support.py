@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,3 +65,15 @@ async def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         for sample in family.samples:
             found.setdefault(sample.name, []).append((sample.labels, sample.value))
     return found
+
+
+class RecordingSleep:
+    """A Firer's `sleep` that records each back-off or jitter wait and returns at once (a loop turn):
+    a retry test checks the waits asked for without waiting them out."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await asyncio.sleep(0)
