@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import psycopg
-import pytest
 
-from reconciler.cli import main
 from reconciler.loader import load_dir
 from reconciler.models import TaskSpec
 from reconciler.triggers import Schedule, compile_schedule, upcoming
@@ -114,11 +112,3 @@ class Output:
         for line in stream:
             self.lines.append(line.rstrip("\n"))
 
-
-def cli(capsys: pytest.CaptureFixture[str], dsn: str | None, tasks: Path, *args: str) -> tuple[int, str, str]:
-    """`reconciler [--dsn DSN] --tasks-dir TASKS ARGS…` in this process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = main([*(["--dsn", dsn] if dsn else []), "--tasks-dir", str(tasks), *args])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.engines import EngineProcess, registered, run_cli, start_engines, stop
+from tests.builders import EngineProcess, registered, run_cli, start_engines, stop
 from tests.helpers import expected_occurrences, settled, wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer, needs_pgserver

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.engines import EngineProcess, run_cli, start_engines, stop, wait_registered
+from tests.builders import EngineProcess, run_cli, start_engines, stop, wait_registered
 from tests.helpers import expected_occurrences, settled, wait_until
 from tests.hostile import hostile_serving
 from tests.httpserver import Recorder

@@ -11,7 +11,7 @@ from pathlib import Path
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
-from tests.engines import soon, start_engines, stop, wait_registered
+from tests.builders import soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, wait_until
 from tests.httpserver import serving
 

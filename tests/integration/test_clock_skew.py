@@ -17,7 +17,7 @@ import pytest
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
-from tests.engines import soon, start_engines, stop, wait_registered
+from tests.builders import soon, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import free_addr, scrape

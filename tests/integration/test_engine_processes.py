@@ -13,7 +13,7 @@ import psycopg
 from reconciler.apply import apply_tasks
 from reconciler.loader import load_dir
 from reconciler.store import Store
-from tests.engines import soon, start_engines, stop, wait_registered
+from tests.builders import soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, leases, wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer, needs_pgserver

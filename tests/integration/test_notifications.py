@@ -20,7 +20,7 @@ from reconciler.notifiers import load_notifiers
 from reconciler.notify import late_scan
 from reconciler.planview import plan_dict, plan_text
 from reconciler.store import Store
-from tests.engines import run_cli, start_engines, stop, wait_registered
+from tests.builders import run_cli, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW

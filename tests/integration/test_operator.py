@@ -15,7 +15,7 @@ import psycopg
 from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 from reconciler.targets import Firer
-from tests.engines import run_cli, start_engines, stop, wait_registered
+from tests.builders import run_cli, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, cron, runs, setup
