@@ -111,4 +111,3 @@ class Output:
     def _read(self, stream: IO[str]) -> None:
         for line in stream:
             self.lines.append(line.rstrip("\n"))
-

@@ -6,13 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.builders import cli
+from tests.builders import clean_env, cli, reconciler_argv
 from tests.helpers import Output, wait_until
 
 TASK = '[trigger]\nkind = "interval"\nevery = "1h"\n[target]\nurl = "http://127.0.0.1:9/x"\n'
@@ -28,12 +27,10 @@ def project(tmp_path: Path) -> Path:
 
 
 def reconciler(*args: str, cwd: Path, dsn: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
-    env["RECONCILER_DSN"] = dsn
     return subprocess.Popen(
-        [sys.executable, "-u", "-m", "reconciler", *args],
+        reconciler_argv(*args),
         cwd=cwd,
-        env=env,
+        env=clean_env(dsn, PYTHONUNBUFFERED="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

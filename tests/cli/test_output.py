@@ -9,7 +9,6 @@ import os
 import pty
 import re
 import subprocess
-import sys
 from io import StringIO
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 
 from reconciler.models import TaskSpec
 from reconciler.render import colour_wanted, describe_trigger, interval_words
-from tests.builders import cli
+from tests.builders import cli, reconciler_argv, run_reconciler
 
 INSTANT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\d\d:\d\d:\d\d\.\d")  # ISO text, or fractions of a second
@@ -124,13 +123,7 @@ def test_cron_descriptions_are_english_24_hour_whatever_the_locale(tmp_path: Pat
     tasks = write(tmp_path, {"b": toml('kind = "cron"\nexpr = "0 0 * * *"')})
     env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
     for locale in ({}, {"LC_ALL": "C"}, {"LANG": "de_DE.UTF-8"}):
-        done = subprocess.run(
-            [sys.executable, "-m", "reconciler", "--tasks-dir", str(tasks), "next", "--count", "1"],
-            env={**env, **locale},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_reconciler("--tasks-dir", str(tasks), "next", "--count", "1", env={**env, **locale}, timeout=60)
         assert done.returncode == 0 and done.stderr == "", (locale, done.stderr)
         assert done.stdout.startswith("b  — At 00:00 (UTC)\n"), (locale, done.stdout)
 
@@ -264,7 +257,7 @@ def test_runs_of_a_deleted_task_are_still_shown(applied: Path, dsn: str) -> None
 def on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
     """`reconciler ARGV` with its stdout on a pseudo-terminal; what it wrote there."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "reconciler", *argv], stdout=slave, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(reconciler_argv(*argv), stdout=slave, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     chunks = []
     while True:

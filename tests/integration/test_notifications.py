@@ -4,9 +4,6 @@ caused them, delivery with retries and one Idempotency-Key per event, late occur
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +17,7 @@ from reconciler.notifiers import load_notifiers
 from reconciler.notify import late_scan
 from reconciler.planview import plan_dict, plan_text
 from reconciler.store import Store
-from tests.builders import run_cli, start_engines, stop, wait_registered
+from tests.builders import run_reconciler, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW
@@ -168,24 +165,19 @@ def test_the_cli_reads_notifiers_beside_the_tasks_and_applies_them(dsn: str, tmp
     task = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://api.example.com/x"\n'
     write(tmp_path, {"tasks.d/job.toml": task + '[notify]\nfailure = ["oncall"]\n'})
     tasks = str(tmp_path / "tasks.d")
-    refused = subprocess.run(
-        [sys.executable, "-m", "reconciler", "--tasks-dir", tasks, "validate"], capture_output=True, text=True
-    )
+    refused = run_reconciler("--tasks-dir", tasks, "validate")
     assert refused.returncode == 1
     assert "job.toml:7: notify.failure: no notifier 'oncall' in " in refused.stderr
     write(tmp_path, {"notifiers.d/oncall.toml": webhook("https://hooks.example.com/a")})
-    assert "1 task file(s)" in run_cli(dsn, "--tasks-dir", tasks, "validate")
-    planned = run_cli(dsn, "--tasks-dir", tasks, "plan")
+    assert "1 task file(s)" in run_reconciler("--tasks-dir", tasks, "validate", dsn=dsn, ok=True).stdout
+    planned = run_reconciler("--tasks-dir", tasks, "plan", dsn=dsn, ok=True).stdout
     assert "+ notifier oncall" in planned and "webhook POST https://hooks.example.com/a" in planned
-    assert "Apply complete: 2 change(s) written." in run_cli(dsn, "--tasks-dir", tasks, "apply")
-    assert "No changes." in run_cli(dsn, "--tasks-dir", tasks, "plan")
-    write(tmp_path, {"notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "RECONCILER_DSN" }\n'})
-    checked = subprocess.run(
-        [sys.executable, "-m", "reconciler", "--tasks-dir", tasks, "validate", "--env-policy", "--check-env"],
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "RECONCILER_DSN"},
+    assert (
+        "Apply complete: 2 change(s) written." in run_reconciler("--tasks-dir", tasks, "apply", dsn=dsn, ok=True).stdout
     )
+    assert "No changes." in run_reconciler("--tasks-dir", tasks, "plan", dsn=dsn, ok=True).stdout
+    write(tmp_path, {"notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "RECONCILER_DSN" }\n'})
+    checked = run_reconciler("--tasks-dir", tasks, "validate", "--env-policy", "--check-env")
     assert checked.returncode == 1
     assert "notifiers.d/chat.toml:2: url: environment variable RECONCILER_DSN is not allowed" in checked.stderr
     assert "notifiers.d/chat.toml:2: url: environment variable RECONCILER_DSN is not set" in checked.stderr

@@ -276,9 +276,7 @@ async def _hold_claim(dsn: str, due: datetime, advanced: datetime) -> psycopg.As
     return claim
 
 
-async def test_an_apply_keeps_the_next_run_an_engine_advanced_meanwhile(
-    store: Store, dsn: str, tmp_path: Path
-) -> None:
+async def test_an_apply_keeps_the_next_run_an_engine_advanced_meanwhile(store: Store, dsn: str, tmp_path: Path) -> None:
     """The plan reads the row, the claim commits its advance, then the apply writes: the advance stays."""
     await apply_tasks(store, load(tmp_path, {"a": task_file()}), "default", NOW)
     due = NOW + timedelta(hours=1)
