@@ -52,13 +52,18 @@ def interval_trigger(every: str) -> str:
     return f'kind = "interval"\nevery = "{every}"'
 
 
-def task_text(url: str = URL, *, trigger: str = CRON, target: str = "", policy: str = "", top: str = "") -> str:
+def task_text(top: str = "", *, trigger: str = CRON, target: str = "", policy: str = "", url: str = URL) -> str:
     """A task file; each argument is TOML text for its table (`top`: keys before the first table;
     `url` goes into [target]). Line 1 is `top`'s first line, or `[trigger]` without it."""
     parts = [top, "[trigger]", trigger, "[target]", f'url = "{url}"', target]
     if policy:
         parts += ["[policy]", policy]
     return "\n".join(part for part in parts if part) + "\n"
+
+
+def cron(url: str = URL, expr: str = "*/5 * * * *", policy: str = "", target: str = "", top: str = "") -> str:
+    """A cron task file (every five minutes by default) calling `url`."""
+    return task_text(top, trigger=cron_trigger(expr), target=target, policy=policy, url=url)
 
 
 def write_tasks(root: Path, files: Mapping[str, str | bytes], *, replace: bool = False) -> Path:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from reconciler.export import DEFAULT_OUT_DIR, Placeholders, export_row
 from reconciler.loader import load_dir, load_text, spec_hash
 from reconciler.store import TaskRow
-from tests.builders import cli
+from tests.builders import cli, cron, write_tasks
 from tests.cli.test_fuzz_files import boundary_task
 
 INVOICES = """# Nightly invoices (a comment export cannot know about)
@@ -109,17 +109,6 @@ json = {}
 """
 
 
-def cron_task(url: str, expr: str = "*/5 * * * *") -> str:
-    return f'[trigger]\nkind = "cron"\nexpr = "{expr}"\n\n[target]\nurl = "{url}"\n'
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / f"{name}.toml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-
-
 def apply(dsn: str, tasks: Path) -> str:
     code, out, err = cli(dsn, None, "--tasks-dir", str(tasks), "apply")
     assert code == 0, err
@@ -147,12 +136,12 @@ def listing(root: Path) -> dict[str, bytes]:
 def history(dsn: str, tmp_path: Path) -> Path:
     """A database that saw creates, an update, a move and drift; returns its export (--out-dir)."""
     tasks = tmp_path / "tasks.d"
-    write(
+    write_tasks(
         tasks,
         {
             "billing/invoices": INVOICES,
-            "ops/old-name": cron_task("http://127.0.0.1:9/moved"),
-            "ops/drifted": cron_task("http://127.0.0.1:9/drifted"),
+            "ops/old-name": cron("http://127.0.0.1:9/moved"),
+            "ops/drifted": cron("http://127.0.0.1:9/drifted"),
             "ops/defaults": DEFAULTS,
             "ops/types": TYPES,
             "ops/unicode": UNICODE,
@@ -160,7 +149,7 @@ def history(dsn: str, tmp_path: Path) -> Path:
         },
     )
     assert "Apply complete: 7 change(s) written." in apply(dsn, tasks)
-    write(tasks, {"billing/invoices": INVOICES.replace('"30 2 * * 1-5"', '"45 3 * * 1-5"')})  # an update
+    write_tasks(tasks, {"billing/invoices": INVOICES.replace('"30 2 * * 1-5"', '"45 3 * * 1-5"')})  # an update
     assert "1 change(s)" in apply(dsn, tasks)
     old = tasks / "ops" / "old-name.toml"
     (tasks / "ops" / "new-name.toml").write_text('moved_from = "ops/old-name"\n' + old.read_text())
@@ -239,8 +228,8 @@ def test_export_after_creates_update_move_and_drift_plans_no_changes(dsn: str, t
 
 def test_export_of_a_moved_task_plans_no_changes(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"new": 'moved_from = "old"\n' + cron_task("http://127.0.0.1:9/m")})
-    write(tasks.parent / "before", {"old": cron_task("http://127.0.0.1:9/m")})
+    write_tasks(tasks, {"new": 'moved_from = "old"\n' + cron("http://127.0.0.1:9/m")})
+    write_tasks(tasks.parent / "before", {"old": cron("http://127.0.0.1:9/m")})
     apply(dsn, tasks.parent / "before")
     apply(dsn, tasks)  # the move
     code, _, err = cli(dsn, None, "export", "--out-dir", str(tmp_path / "out"))
@@ -251,10 +240,10 @@ def test_export_of_a_moved_task_plans_no_changes(dsn: str, tmp_path: Path) -> No
 
 def test_export_refuses_to_overwrite_without_force_and_writes_nothing(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"a": cron_task("http://127.0.0.1:9/a"), "b/c": cron_task("http://127.0.0.1:9/c"), "z": EMPTY_JSON})
+    write_tasks(tasks, {"a": cron("http://127.0.0.1:9/a"), "b/c": cron("http://127.0.0.1:9/c"), "z": EMPTY_JSON})
     apply(dsn, tasks)
     out_dir = tmp_path / "out"
-    write(out_dir, {"b/c": "# my own file\n", "z": "# mine too\n"})
+    write_tasks(out_dir, {"b/c": "# my own file\n", "z": "# mine too\n"})
     before = listing(out_dir)
     code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir))
     assert code == 1 and out == ""
@@ -271,16 +260,16 @@ def test_export_refuses_to_overwrite_without_force_and_writes_nothing(dsn: str, 
 
 def test_export_force_overwrites_and_replaces_a_symlink_without_following_it(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"a": cron_task("http://127.0.0.1:9/a"), "b": cron_task("http://127.0.0.1:9/b")})
+    write_tasks(tasks, {"a": cron("http://127.0.0.1:9/a"), "b": cron("http://127.0.0.1:9/b")})
     apply(dsn, tasks)
     out_dir = tmp_path / "out"
-    write(out_dir, {"a": "# stale\n"})
+    write_tasks(out_dir, {"a": "# stale\n"})
     outside = tmp_path / "elsewhere.toml"
     outside.write_text("# not the export's to change\n")
     os.symlink(outside, out_dir / "b.toml")
     code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir), "--force")
     assert code == 0 and err == "" and out.startswith("exported 2 task(s)"), err
-    assert (out_dir / "a.toml").read_text() == cron_task("http://127.0.0.1:9/a")
+    assert (out_dir / "a.toml").read_text() == cron("http://127.0.0.1:9/a")
     assert not (out_dir / "b.toml").is_symlink() and "127.0.0.1:9/b" in (out_dir / "b.toml").read_text()
     assert outside.read_text() == "# not the export's to change\n"
     assert sorted(p.name for p in out_dir.iterdir()) == ["a.toml", "b.toml"]  # no temporary file left
@@ -294,7 +283,7 @@ def test_export_refuses_to_write_through_a_symlinked_folder_and_writes_nothing(
     dsn: str, tmp_path: Path, force: bool, link: str
 ) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"a": cron_task("http://127.0.0.1:9/a"), "billing/eu/invoices": cron_task("http://127.0.0.1:9/i")})
+    write_tasks(tasks, {"a": cron("http://127.0.0.1:9/a"), "billing/eu/invoices": cron("http://127.0.0.1:9/i")})
     apply(dsn, tasks)
     out_dir, outside = tmp_path / "out", tmp_path / "elsewhere"
     outside.mkdir()
@@ -314,7 +303,7 @@ def test_export_defaults_to_a_new_directory_never_tasks_d(
     dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    write(tmp_path / "tasks.d", {"billing/invoices": INVOICES})
+    write_tasks(tmp_path / "tasks.d", {"billing/invoices": INVOICES})
     code, _, err = cli(dsn, None, "apply")
     assert code == 0, err
     before = listing(tmp_path / "tasks.d")
@@ -329,7 +318,7 @@ def test_export_defaults_to_a_new_directory_never_tasks_d(
 
 def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stored(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"old/secret": cron_task("http://127.0.0.1:9/s"), "broken": cron_task("http://127.0.0.1:9/b")})
+    write_tasks(tasks, {"old/secret": cron("http://127.0.0.1:9/s"), "broken": cron("http://127.0.0.1:9/b")})
     apply(dsn, tasks)
     # Rows as an older version wrote them (hash consistent, no digest): literal credentials the model now refuses.
     spec = stored(dsn, "old/secret")
@@ -374,7 +363,7 @@ def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stor
     assert tomllib.loads((out_dir / "broken.toml").read_text())["trigger"]["expr"] == "nope"
     code, out, err = cli(dsn, None, "--tasks-dir", str(out_dir), "plan")
     assert code == 1 and f"{out_dir}/broken.toml:" in err and "trigger.expr" in err
-    (out_dir / "broken.toml").write_text(cron_task("http://127.0.0.1:9/b"))
+    (out_dir / "broken.toml").write_text(cron("http://127.0.0.1:9/b"))
     changes = plan_changes(dsn, out_dir)
     assert changes["old/secret"]["op"] == "update"  # the placeholders replace the literals
     assert {f["path"] for f in changes["old/secret"]["fields"]} == {

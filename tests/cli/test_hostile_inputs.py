@@ -18,18 +18,11 @@ from typing import Any
 import pytest
 
 from tests.builders import run_main, run_reconciler
+from tests.builders import task_text as task
 
 URL = "http://127.0.0.1:9/hook"
 CRON = 'kind = "cron"\nexpr = "0 * * * *"'
 SECRET = "hunter2-literal"
-
-
-def task(top: str = "", trigger: str = CRON, target: str = "", policy: str = "", url: str = URL) -> str:
-    """A task file; each argument is TOML text for its table (`url` goes into [target])."""
-    parts = [top, "[trigger]", trigger, "[target]", f'url = "{url}"', target]
-    if policy:
-        parts += ["[policy]", policy]
-    return "\n".join(part for part in parts if part) + "\n"
 
 
 def nested(open_: str, close: str, depth: int) -> str:

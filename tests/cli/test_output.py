@@ -17,7 +17,7 @@ import pytest
 
 from reconciler.models import TaskSpec
 from reconciler.render import colour_wanted, describe_trigger, interval_words
-from tests.builders import cli, reconciler_argv, run_reconciler
+from tests.builders import cli, reconciler_argv, run_reconciler, task_text, write_tasks
 
 INSTANT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\d\d:\d\d:\d\d\.\d")  # ISO text, or fractions of a second
@@ -26,18 +26,10 @@ HOSTILE = "ok token=EXCERPTSECRET https://bob:PW@x.example/ \x1b[2J"
 
 
 def toml(trigger: str, extra: str = "", name: str = "x") -> str:
-    return f'{extra}[trigger]\n{trigger}\n[target]\nurl = "http://127.0.0.1:9/{name}"\n'
+    return task_text(extra.rstrip("\n"), trigger=trigger, url=f"http://127.0.0.1:9/{name}")
 
 
 CRON = 'kind = "cron"\nexpr = "*/5 * * * *"'
-
-
-def write(tasks: Path, files: dict[str, str]) -> Path:
-    for task_id, text in files.items():
-        path = tasks / f"{task_id}.toml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tasks
 
 
 def sql(dsn: str, statement: str, params: tuple[object, ...] = ()) -> None:
@@ -61,7 +53,7 @@ def add_run(dsn: str, task_id: str, **values: object) -> None:
 @pytest.fixture
 def applied(dsn: str, tmp_path: Path) -> Path:
     """Tasks applied to the test database: a, off (disabled), late, patient (grace 1 h) and a long id."""
-    tasks = write(
+    tasks = write_tasks(
         tmp_path / "tasks.d",
         {
             "a": toml(CRON),
@@ -79,7 +71,7 @@ def applied(dsn: str, tmp_path: Path) -> Path:
 
 
 def test_next_writes_instants_as_every_other_command_does(tmp_path: Path) -> None:
-    tasks = write(tmp_path, {"b": toml('kind = "cron"\nexpr = "30 2 * * *"', 'timezone = "Europe/Berlin"\n')})
+    tasks = write_tasks(tmp_path, {"b": toml('kind = "cron"\nexpr = "30 2 * * *"', 'timezone = "Europe/Berlin"\n')})
     code, out, _ = cli(None, tasks, "next", "--count", "2", "--after", "2026-12-02T12:00:00Z")
     assert code == 0
     assert out.splitlines()[1:] == [
@@ -120,7 +112,7 @@ def test_cron_descriptions_use_a_24_hour_clock(expr: str, words: str) -> None:
 
 
 def test_cron_descriptions_are_english_24_hour_whatever_the_locale(tmp_path: Path) -> None:
-    tasks = write(tmp_path, {"b": toml('kind = "cron"\nexpr = "0 0 * * *"')})
+    tasks = write_tasks(tmp_path, {"b": toml('kind = "cron"\nexpr = "0 0 * * *"')})
     env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
     for locale in ({}, {"LC_ALL": "C"}, {"LANG": "de_DE.UTF-8"}):
         done = run_reconciler("--tasks-dir", str(tasks), "next", "--count", "1", env={**env, **locale}, timeout=60)
@@ -276,7 +268,7 @@ def on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
 @pytest.fixture
 def changed(dsn: str, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """A plan with a change to show (so a coloured head line), and the environment to run it in."""
-    tasks = write(tmp_path / "tasks.d", {"a": toml(CRON)})
+    tasks = write_tasks(tmp_path / "tasks.d", {"a": toml(CRON)})
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
     return ["--dsn", dsn, "--tasks-dir", str(tasks)], env
 

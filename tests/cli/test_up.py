@@ -7,14 +7,14 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.builders import reconciler_argv
+from tests.builders import interval_trigger, reconciler_argv, task_text
 from tests.helpers import Output, wait_until
 from tests.httpserver import serving
 from tests.pgcontrol import needs_pgserver, stop_embedded
 
 
 def task_file(url: str, path: str) -> str:
-    return f'[trigger]\nkind = "interval"\nevery = "2s"\n[target]\nurl = "{url}{path}"\n'
+    return task_text(trigger=interval_trigger("2s"), url=f"{url}{path}")
 
 
 @needs_pgserver

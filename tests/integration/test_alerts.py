@@ -18,9 +18,10 @@ from reconciler.clock import FixedClock
 from reconciler.engine import Engine
 from reconciler.metrics import EngineMetrics
 from reconciler.store import Store
+from tests.builders import cron
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, scrape, setup
+from tests.integration.engine_support import NOW, scrape, setup
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"

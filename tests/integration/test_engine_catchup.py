@@ -10,8 +10,9 @@ from pathlib import Path
 
 from reconciler.engine import Engine
 from reconciler.store import Store
+from tests.builders import cron
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, next_run, runs, setup
+from tests.integration.engine_support import NOW, next_run, runs, setup
 
 
 async def test_misfire_beyond_grace_is_recorded_missed(

@@ -14,9 +14,10 @@ import psycopg
 from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 from reconciler.targets import Firer, parsed_url
+from tests.builders import cron
 from tests.helpers import leases
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, runs, setup
+from tests.integration.engine_support import NOW, runs, setup
 
 
 async def test_expired_lease_marks_run_lost_and_frees_slot(

@@ -12,8 +12,9 @@ import psycopg
 
 from reconciler.engine import Engine
 from reconciler.store import Store
+from tests.builders import cron
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, next_run, runs, setup
+from tests.integration.engine_support import NOW, next_run, runs, setup
 
 
 async def test_not_due_fires_nothing_then_due_fires_once(

@@ -14,8 +14,9 @@ import pytest
 
 from reconciler.engine import Engine
 from reconciler.store import Store
+from tests.builders import cron
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, SECRET, cron, runs, setup
+from tests.integration.engine_support import NOW, SECRET, runs, setup
 
 
 async def test_bearer_basic_headers_json_body_arrive(

@@ -18,9 +18,10 @@ from reconciler.engine import Engine, EngineConfig
 from reconciler.errors import DatabaseUnavailable
 from reconciler.store import Store
 from reconciler.targets import Firer
+from tests.builders import cron
 from tests.helpers import async_wait_until, leases
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, runs, setup
+from tests.integration.engine_support import NOW, runs, setup
 
 
 async def test_result_kept_while_database_is_away_and_written_after(

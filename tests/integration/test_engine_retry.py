@@ -13,9 +13,10 @@ from pathlib import Path
 from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 from reconciler.targets import Firer
+from tests.builders import cron, interval_trigger, task_text
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, RecordingSleep, cron, runs, setup
+from tests.integration.engine_support import NOW, RecordingSleep, runs, setup
 
 
 async def test_retries_with_backoff_then_success(
@@ -76,18 +77,22 @@ async def test_connect_error_is_retried(store: Store, dsn: str, engine: Engine, 
     assert sleep.waits == [15.0, 30.0]
 
 
-def every_second(url: str, policy: str = "") -> str:
-    return f'[trigger]\nkind = "interval"\nevery = "1s"\n[target]\nurl = "{url}"\n[policy]\n{policy}\n'
-
-
 async def test_runs_waiting_out_a_backoff_do_not_stop_the_claims(
     store: Store, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
     url, rec = http
     rec.script("/flaky", statuses=[500])
     retrying = "retries = 2\nretry_backoff_seconds = 60"
-    files = {"r1": every_second(f"{url}/flaky", retrying), "r2": every_second(f"{url}/flaky", retrying)}
-    await setup(store, tmp_path, {**files, "ok": every_second(f"{url}/ok")}, now=datetime.now(UTC))
+    files = {
+        "r1": task_text(trigger=interval_trigger("1s"), policy=retrying, url=f"{url}/flaky"),
+        "r2": task_text(trigger=interval_trigger("1s"), policy=retrying, url=f"{url}/flaky"),
+    }
+    await setup(
+        store,
+        tmp_path,
+        {**files, "ok": task_text(trigger=interval_trigger("1s"), url=f"{url}/ok")},
+        now=datetime.now(UTC),
+    )
     firer = Firer(concurrency=1)
     engine = Engine(store, EngineConfig("backoff", batch=1, concurrency=1, max_sleep=0.2), firer)
     stop = asyncio.Event()

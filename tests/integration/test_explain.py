@@ -11,9 +11,9 @@ from reconciler.explain import TaskState, explain, occurrences_around
 from reconciler.models import TaskSpec
 from reconciler.store import Store
 from reconciler.triggers import compile_schedule
-from tests.builders import run_reconciler
+from tests.builders import cron, run_reconciler
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, setup
+from tests.integration.engine_support import NOW, setup
 
 
 def explain_cli(dsn: str, task_id: str, at: datetime) -> subprocess.CompletedProcess[str]:

@@ -18,10 +18,11 @@ import pytest
 from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 from reconciler.targets import Firer
+from tests.builders import cron
 from tests.helpers import async_wait_until, leases
 from tests.hostile import Stats, hostile_serving
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, SECRET, cron, setup
+from tests.integration.engine_support import NOW, SECRET, setup
 
 DUE = NOW + timedelta(minutes=5, seconds=1)
 TOKEN = "bearer-token-0123456789"

@@ -14,10 +14,10 @@ import psycopg
 from reconciler.engine import Engine, EngineConfig
 from reconciler.store import Store
 from reconciler.targets import Firer
-from tests.builders import run_reconciler, start_engines, stop, wait_registered
+from tests.builders import cron, run_reconciler, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, runs, setup
+from tests.integration.engine_support import NOW, runs, setup
 from tests.pgcontrol import needs_pgserver
 
 

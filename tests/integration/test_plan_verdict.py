@@ -13,13 +13,9 @@ import pytest
 
 from reconciler.cli import main
 from reconciler.revision import CI_COMMIT_VARIABLES
-from tests.builders import cli
+from tests.builders import cli, cron_trigger, task_text, write_tasks
 
 GIT = ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.com", "-c", "init.defaultBranch=main"]
-
-
-def task(name: str) -> str:
-    return f'[trigger]\nkind = "cron"\nexpr = "@daily"\n[target]\nurl = "http://127.0.0.1:9/{name}"\n'
 
 
 @pytest.fixture(autouse=True)
@@ -30,11 +26,12 @@ def no_ci_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def write(folder: Path, names: list[str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for path in folder.glob("*.toml"):
-        path.unlink()
-    for name in names:
-        (folder / f"{name}.toml").write_text(task(name))
+    """Exactly these daily tasks in `folder`, each calling a URL of its own name."""
+    write_tasks(
+        folder,
+        {n: task_text(trigger=cron_trigger("@daily"), url=f"http://127.0.0.1:9/{n}") for n in names},
+        replace=True,
+    )
 
 
 def test_too_many_deletes_refused_by_plan_in_every_format_and_by_apply(

@@ -21,9 +21,9 @@ from reconciler.engine import Engine, EngineConfig
 from reconciler.grants import grants_sql
 from reconciler.store import Store
 from reconciler.targets import Firer
-from tests.builders import cli
+from tests.builders import cli, cron
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, runs, setup
+from tests.integration.engine_support import NOW, runs, setup
 
 
 class Roles:

@@ -12,13 +12,14 @@ import pytest
 from reconciler.loader import Task, load_text
 from reconciler.plan import FieldDiff, diff_fields, flatten, make_plan
 from reconciler.store import TaskRow
+from tests.builders import cron_trigger, task_text
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SOURCE = "default"
 
 
 def text(expr: str = "@daily", top: str = "", policy: str = "") -> str:
-    return f'{top}\n[trigger]\nkind = "cron"\nexpr = "{expr}"\n[target]\nurl = "http://127.0.0.1:9/x"\n[policy]\n{policy}\n'
+    return task_text(top, trigger=cron_trigger(expr), policy=policy)
 
 
 def task(task_id: str, body: str | None = None) -> Task:
