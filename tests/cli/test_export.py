@@ -269,7 +269,8 @@ def test_export_force_overwrites_and_replaces_a_symlink_without_following_it(dsn
     os.symlink(outside, out_dir / "b.toml")
     code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir), "--force")
     assert code == 0 and err == "" and out.startswith("exported 2 task(s)"), err
-    assert (out_dir / "a.toml").read_text() == cron("http://127.0.0.1:9/a")
+    exported = '[trigger]\nkind = "cron"\nexpr = "*/5 * * * *"\n\n[target]\nurl = "http://127.0.0.1:9/a"\n'
+    assert (out_dir / "a.toml").read_text() == exported  # as export lays a file out: a blank line between tables
     assert not (out_dir / "b.toml").is_symlink() and "127.0.0.1:9/b" in (out_dir / "b.toml").read_text()
     assert outside.read_text() == "# not the export's to change\n"
     assert sorted(p.name for p in out_dir.iterdir()) == ["a.toml", "b.toml"]  # no temporary file left
