@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import psycopg
-import pytest
 
-from reconciler.cli.parser import main
 from reconciler.files.tasks import load_dir
 from reconciler.schedule.base import Schedule
 from reconciler.schedule.preview import upcoming
@@ -115,12 +113,3 @@ class Output:
     def _read(self, stream: IO[str]) -> None:
         for line in stream:
             self.lines.append(line.rstrip("\n"))
-
-
-def cli(capsys: pytest.CaptureFixture[str], dsn: str | None, tasks: Path, *args: str) -> tuple[int, str, str]:
-    """`reconciler [--dsn DSN] --tasks-dir TASKS ARGS…` in this process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = main([*(["--dsn", dsn] if dsn else []), "--tasks-dir", str(tasks), *args])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.engines import EngineProcess, registered, run_cli, start_engines, stop
+from tests.builders import EngineProcess, registered, run_reconciler, start_engines, stop
 from tests.helpers import expected_occurrences, settled, wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer, needs_pgserver
@@ -120,7 +120,7 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
     for index in range(0, TASKS, 10):  # each flaky path fails its first request only
         rec.script(f"/flaky/{index}", statuses=[503, 200])
         rec.script(f"/slow/{index + 5}", delay=1.5)
-    run_cli(dsn, "db", "init")
+    run_reconciler("db", "init", dsn=dsn, ok=True)
     fleet = Fleet(dsn, tmp_path)
     kills: list[tuple[float, str]] = []
     restarted_db = False
@@ -132,7 +132,7 @@ def test_kill_nine_and_database_restart_lose_nothing_and_fire_nothing_twice(
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=5)
         end = start + timedelta(seconds=SCHEDULE_SECONDS)
         write_tasks(root, url, start, end)
-        run_cli(dsn, "--tasks-dir", str(root), "apply")
+        run_reconciler("--tasks-dir", str(root), "apply", dsn=dsn, ok=True)
         expected = expected_occurrences(root, start, end)
         assert len(expected) == TASKS * SCHEDULE_SECONDS // EVERY
         wait_until(lambda: datetime.now(UTC) >= start, 60, step=0.05)

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.engines import EngineProcess, run_cli, start_engines, stop, wait_registered
+from tests.builders import EngineProcess, run_reconciler, start_engines, stop, wait_registered
 from tests.helpers import expected_occurrences, settled, wait_until
 from tests.hostile import hostile_serving
 from tests.httpserver import Recorder
@@ -100,7 +100,7 @@ def test_hostile_targets_and_tasks_cannot_hurt_the_fleet(dsn: str, http: tuple[s
     root.mkdir()
     logs = tmp_path / "logs"
     logs.mkdir()
-    run_cli(dsn, "db", "init")
+    run_reconciler("db", "init", dsn=dsn, ok=True)
     with hostile_serving() as (bad, _):
         ids = ["poison-0", "poison-1", "poison-2"]
         engines = start_engines(dsn, ids, logs, env=ENV, global_args=["--log-format", "json"])
@@ -108,7 +108,7 @@ def test_hostile_targets_and_tasks_cannot_hurt_the_fleet(dsn: str, http: tuple[s
             start = wait_registered(dsn, engines).replace(microsecond=0) + timedelta(seconds=5)
             end = start + timedelta(seconds=SCHEDULE_SECONDS)
             hostile = write_tasks(root, good, bad, start, end)
-            run_cli(dsn, "--tasks-dir", str(root), "apply")
+            run_reconciler("--tasks-dir", str(root), "apply", dsn=dsn, ok=True)
             expected = expected_occurrences(root, start, end)
             assert wait_until(lambda: datetime.now(UTC) >= end, SCHEDULE_SECONDS + 30, step=0.5)
             assert wait_until(lambda: settled(dsn, len(expected)), 120, step=0.5), "runs never settled"

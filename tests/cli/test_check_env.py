@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.builders import run_reconciler
 
 ROOT = Path(__file__).parent.parent.parent
 TASK = """\
@@ -44,14 +45,7 @@ def validate(tasks: Path, *options: str, **env: str) -> subprocess.CompletedProc
     """`reconciler validate OPTIONS` run from the project folder with exactly the T_* variables given."""
     dropped = ("RECONCILER_DSN", "DATABASE_URL")
     base = {k: v for k, v in os.environ.items() if not k.startswith("T_") and k not in dropped}
-    return subprocess.run(
-        [sys.executable, "-m", "reconciler", "validate", *options],
-        cwd=tasks.parent,
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_reconciler("validate", *options, cwd=tasks.parent, env={**base, **env}, timeout=60)
 
 
 def test_each_unset_variable_is_one_line_naming_file_key_and_variable(tasks: Path) -> None:

@@ -4,31 +4,22 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.builders import clean_env, reconciler_argv, run_reconciler
 from tests.helpers import Output, wait_until
 from tests.pgcontrol import needs_pgserver, stop_embedded
 
 ROOT = Path(__file__).parent.parent.parent
 EXAMPLES = ROOT / "tasks.d"
-
-
-def run(*args: str, cwd: Path, dsn: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
-    if dsn:
-        env["RECONCILER_DSN"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "reconciler", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout
-    )
 
 
 def project(tmp_path: Path) -> Path:
@@ -38,28 +29,28 @@ def project(tmp_path: Path) -> Path:
 
 def test_plan_detailed_exitcode_apply_then_noop(dsn: str, tmp_path: Path) -> None:
     cwd = project(tmp_path)
-    planned = run("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
+    planned = run_reconciler("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
     assert planned.returncode == 2, planned.stderr
     assert "+ create billing/invoices" in planned.stdout
     assert "Plan: 5 to create, 0 to update, 0 to move, 0 to delete, 0 unchanged." in planned.stdout
-    applied = run("apply", cwd=cwd, dsn=dsn)
+    applied = run_reconciler("apply", cwd=cwd, dsn=dsn)
     assert applied.returncode == 0, applied.stderr
     assert "Apply complete: 5 change(s) written." in applied.stdout
-    again = run("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
+    again = run_reconciler("plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
     assert again.returncode == 0 and "No changes." in again.stdout
 
 
 def test_saved_plan_apply_and_stale_refusal(dsn: str, tmp_path: Path) -> None:
     cwd = project(tmp_path)
-    assert run("plan", "--out", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
+    assert run_reconciler("plan", "--out", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
     saved = json.loads((cwd / "plan.json").read_text())
     assert saved["format_version"] == 2 and saved["summary"]["create"] == 5
-    assert run("apply", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
-    stale = run("apply", "plan.json", cwd=cwd, dsn=dsn)  # the database moved on since the plan
+    assert run_reconciler("apply", "plan.json", cwd=cwd, dsn=dsn).returncode == 0
+    stale = run_reconciler("apply", "plan.json", cwd=cwd, dsn=dsn)  # the database moved on since the plan
     assert stale.returncode == 1 and "stale" in stale.stderr and "Traceback" not in stale.stderr
     bogus = cwd / "bogus.json"
     bogus.write_text("{}")
-    refused = run("apply", str(bogus), cwd=cwd, dsn=dsn)
+    refused = run_reconciler("apply", str(bogus), cwd=cwd, dsn=dsn)
     assert refused.returncode == 1 and "not a reconciler plan" in refused.stderr
 
 
@@ -67,45 +58,48 @@ def test_invalid_file_aborts_apply_with_all_errors(dsn: str, tmp_path: Path) -> 
     cwd = project(tmp_path)
     (cwd / "tasks.d" / "broken.toml").write_text("[trigger]\nkind = 'cron'\nexpr = 'nope'\n")
     (cwd / "tasks.d" / "broken2.toml").write_text("x = [")
-    done = run("apply", cwd=cwd, dsn=dsn)
+    done = run_reconciler("apply", cwd=cwd, dsn=dsn)
     assert done.returncode == 1
     assert "tasks.d/broken.toml:3: trigger.expr" in done.stderr
     assert "tasks.d/broken2.toml:1: toml" in done.stderr
     assert "Traceback" not in done.stderr
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT to_regclass('scheduler.tasks')").fetchone() == (None,) or conn.execute(
-            "SELECT count(*) FROM scheduler.tasks"
-        ).fetchone() == (0,)
+    with psycopg.connect(dsn) as conn:  # files with errors leave the database as it was, schema included
+        assert conn.execute("SELECT to_regnamespace('scheduler')").fetchone() == (None,)
 
 
 def test_export_round_trip_shows_no_changes(dsn: str, tmp_path: Path) -> None:
     cwd = project(tmp_path)
-    assert run("apply", cwd=cwd, dsn=dsn).returncode == 0
-    exported = run("export", "--out-dir", "exported", cwd=cwd, dsn=dsn)
+    assert run_reconciler("apply", cwd=cwd, dsn=dsn).returncode == 0
+    exported = run_reconciler("export", "--out-dir", "exported", cwd=cwd, dsn=dsn)
     assert exported.returncode == 0, exported.stderr
     text = (cwd / "exported" / "ops" / "monthly-report.toml").read_text()
-    assert 'client_secret = { env = "IDP_CLIENT_SECRET" }' in text or 'env = "IDP_CLIENT_SECRET"' in text
-    again = run("--tasks-dir", "exported", "plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
+    assert tomllib.loads(text)["target"]["auth"]["client_secret"] == {"env": "IDP_CLIENT_SECRET"}
+    assert 'client_secret = { env = "IDP_CLIENT_SECRET" }' in text.splitlines()  # a reference, inline, as written
+    again = run_reconciler("--tasks-dir", "exported", "plan", "--detailed-exitcode", cwd=cwd, dsn=dsn)
     assert again.returncode == 0, again.stdout + again.stderr
 
 
 def test_status_json_and_text(dsn: str, tmp_path: Path) -> None:
     cwd = project(tmp_path)
-    assert run("apply", cwd=cwd, dsn=dsn).returncode == 0
+    assert run_reconciler("apply", cwd=cwd, dsn=dsn).returncode == 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE scheduler.tasks SET spec = spec || '{\"description\": \"x\"}' WHERE id = 'ops/cache-warm'")
-    done = run("status", "--format", "json", cwd=cwd, dsn=dsn)
+    done = run_reconciler("status", "--format", "json", cwd=cwd, dsn=dsn)
     data = json.loads(done.stdout)
     by_id = {t["id"]: t for t in data["tasks"]}
     assert set(by_id) == {"billing/invoices", "ops/cache-warm", "ops/monthly-report", "ops/ping", "ops/xmas-banner"}
     assert by_id["ops/cache-warm"]["drift"] is True and by_id["billing/invoices"]["drift"] is False
     assert by_id["billing/invoices"]["next_run_local"].endswith("+01:00")  # ISO with the offset in json
-    text = run("status", cwd=cwd, dsn=dsn).stdout
-    assert "DRIFT" in text.splitlines()[2] or any("ops/cache-warm" in ln and "DRIFT" in ln for ln in text.splitlines())
+    text = run_reconciler("status", cwd=cwd, dsn=dsn).stdout
+    flags = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines() if ln.startswith(("billing/", "ops/"))}
+    assert set(flags) == set(by_id), text
+    assert [task_id for task_id, cells in flags.items() if "DRIFT" in cells] == ["ops/cache-warm"], text
 
 
 def test_bad_dsn_is_one_line(tmp_path: Path) -> None:
-    done = run("--dsn", "postgresql://u:topsecret@127.0.0.1:1/x?connect_timeout=2", "plan", cwd=project(tmp_path))
+    done = run_reconciler(
+        "--dsn", "postgresql://u:topsecret@127.0.0.1:1/x?connect_timeout=2", "plan", cwd=project(tmp_path)
+    )
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot connect to PostgreSQL")
@@ -116,24 +110,22 @@ def test_file_errors_come_before_an_unreachable_database(tmp_path: Path) -> None
     cwd = project(tmp_path)
     (cwd / "tasks.d" / "broken.toml").write_text("x = \n")
     for command in ("plan", "apply"):
-        done = run("--dsn", "postgresql://u@127.0.0.1:1/x?connect_timeout=2", command, cwd=cwd)
+        done = run_reconciler("--dsn", "postgresql://u@127.0.0.1:1/x?connect_timeout=2", command, cwd=cwd)
         assert done.returncode == 1
         assert "tasks.d/broken.toml:1" in done.stderr and "cannot connect" not in done.stderr, done.stderr
 
 
 def test_db_init_twice(dsn: str, tmp_path: Path) -> None:
-    assert run("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0
-    assert run("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0
+    assert run_reconciler("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0
+    assert run_reconciler("db", "init", cwd=tmp_path, dsn=dsn).returncode == 0
 
 
 def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path) -> None:
     cwd = project(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
-    env["RECONCILER_DSN"] = dsn
     proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "reconciler", "watch", "--debounce-ms", "100"],
+        reconciler_argv("watch", "--debounce-ms", "100"),
         cwd=cwd,
-        env=env,
+        env=clean_env(dsn, PYTHONUNBUFFERED="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -193,7 +185,7 @@ def test_watch_applies_edits_and_survives_invalid_ones(dsn: str, tmp_path: Path)
 
 @pytest.mark.skipif(importlib.util.find_spec("pgserver") is not None, reason="pgserver is installed here")
 def test_without_pgserver_the_embedded_database_is_a_one_line_error(tmp_path: Path) -> None:
-    planned = run("plan", cwd=project(tmp_path))
+    planned = run_reconciler("plan", cwd=project(tmp_path))
     assert planned.returncode == 1 and "Traceback" not in planned.stderr
     assert "the embedded PostgreSQL needs the pgserver package" in planned.stderr
     assert "pass --dsn or set RECONCILER_DSN" in planned.stderr
@@ -203,12 +195,12 @@ def test_without_pgserver_the_embedded_database_is_a_one_line_error(tmp_path: Pa
 def test_embedded_database_when_no_dsn(tmp_path: Path) -> None:
     cwd = project(tmp_path)
     try:
-        planned = run("plan", cwd=cwd)
+        planned = run_reconciler("plan", cwd=cwd)
         assert planned.returncode == 0, planned.stderr
         assert "5 to create" in planned.stdout
-        applied = run("apply", cwd=cwd)
+        applied = run_reconciler("apply", cwd=cwd)
         assert applied.returncode == 0, applied.stderr
         assert (cwd / ".reconciler" / "pgdata" / "PG_VERSION").exists()
-        assert "No changes." in run("plan", cwd=cwd).stdout
+        assert "No changes." in run_reconciler("plan", cwd=cwd).stdout
     finally:
         stop_embedded(cwd / ".reconciler")

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.builders import run_reconciler
 from tests.cli.test_startup import TASK, imported_by
 
 ROOT = Path(__file__).parent.parent.parent
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
-    return subprocess.run(
-        [sys.executable, "-m", "reconciler", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=60
-    )
-
-
 def script(shell: str, tmp_path: Path) -> Path:
-    done = run("completion", shell)
+    done = run_reconciler("completion", shell, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     path = tmp_path / f"reconciler.{shell}"
     path.write_text(done.stdout)
@@ -113,7 +105,7 @@ def test_fish_script_has_the_task_id_completer(tmp_path: Path) -> None:
 
 
 def test_unknown_shell_is_one_line_error() -> None:
-    done = run("completion", "tcsh")
+    done = run_reconciler("completion", "tcsh", cwd=ROOT)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
     assert "unknown shell 'tcsh'" in done.stderr and "bash, zsh, fish" in done.stderr

@@ -15,11 +15,11 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 
-from reconciler.cli.parser import main
 from reconciler.db.store import TaskRow
 from reconciler.files.kinds import spec_hash
 from reconciler.files.tasks import load_dir, load_text
 from reconciler.reconcile.export import DEFAULT_OUT_DIR, Placeholders, export_row
+from tests.builders import cli, cron, write_tasks
 from tests.cli.test_fuzz_files import boundary_task
 
 INVOICES = """# Nightly invoices (a comment export cannot know about)
@@ -110,33 +110,14 @@ json = {}
 """
 
 
-def cron_task(url: str, expr: str = "*/5 * * * *") -> str:
-    return f'[trigger]\nkind = "cron"\nexpr = "{expr}"\n\n[target]\nurl = "{url}"\n'
-
-
-def cli(capsys: pytest.CaptureFixture[str], dsn: str, *args: str) -> tuple[int, str, str]:
-    """`reconciler --dsn DSN ARGS…` in-process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = main(["--dsn", dsn, *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / f"{name}.toml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-
-
-def apply(capsys: pytest.CaptureFixture[str], dsn: str, tasks: Path) -> str:
-    code, out, err = cli(capsys, dsn, "--tasks-dir", str(tasks), "apply")
+def apply(dsn: str, tasks: Path) -> str:
+    code, out, err = cli(dsn, None, "--tasks-dir", str(tasks), "apply")
     assert code == 0, err
     return out
 
 
-def plan_changes(capsys: pytest.CaptureFixture[str], dsn: str, tasks: Path) -> dict[str, dict[str, Any]]:
-    code, out, err = cli(capsys, dsn, "--tasks-dir", str(tasks), "plan", "--format", "json")
+def plan_changes(dsn: str, tasks: Path) -> dict[str, dict[str, Any]]:
+    code, out, err = cli(dsn, None, "--tasks-dir", str(tasks), "plan", "--format", "json")
     assert code == 0, err
     return {change["id"]: change for change in json.loads(out)["changes"]}
 
@@ -153,29 +134,29 @@ def listing(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def history(capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path) -> Path:
+def history(dsn: str, tmp_path: Path) -> Path:
     """A database that saw creates, an update, a move and drift; returns its export (--out-dir)."""
     tasks = tmp_path / "tasks.d"
-    write(
+    write_tasks(
         tasks,
         {
             "billing/invoices": INVOICES,
-            "ops/old-name": cron_task("http://127.0.0.1:9/moved"),
-            "ops/drifted": cron_task("http://127.0.0.1:9/drifted"),
+            "ops/old-name": cron("http://127.0.0.1:9/moved"),
+            "ops/drifted": cron("http://127.0.0.1:9/drifted"),
             "ops/defaults": DEFAULTS,
             "ops/types": TYPES,
             "ops/unicode": UNICODE,
             "ops/empty-json": EMPTY_JSON,
         },
     )
-    assert "Apply complete: 7 change(s) written." in apply(capsys, dsn, tasks)
-    write(tasks, {"billing/invoices": INVOICES.replace('"30 2 * * 1-5"', '"45 3 * * 1-5"')})  # an update
-    assert "1 change(s)" in apply(capsys, dsn, tasks)
+    assert "Apply complete: 7 change(s) written." in apply(dsn, tasks)
+    write_tasks(tasks, {"billing/invoices": INVOICES.replace('"30 2 * * 1-5"', '"45 3 * * 1-5"')})  # an update
+    assert "1 change(s)" in apply(dsn, tasks)
     old = tasks / "ops" / "old-name.toml"
     (tasks / "ops" / "new-name.toml").write_text('moved_from = "ops/old-name"\n' + old.read_text())
     old.unlink()
-    assert plan_changes(capsys, dsn, tasks)["ops/new-name"]["op"] == "move"
-    apply(capsys, dsn, tasks)
+    assert plan_changes(dsn, tasks)["ops/new-name"]["op"] == "move"
+    apply(dsn, tasks)
     assert stored(dsn, "ops/new-name")["moved_from"] == "ops/old-name"  # the stored spec keeps it
     with psycopg.connect(dsn, autocommit=True) as conn:  # drift: a change outside the reconciler
         conn.execute(
@@ -183,17 +164,15 @@ def history(capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path) -> Pat
             " WHERE id = 'ops/drifted'"
         )
     out_dir = tmp_path / "exported"
-    code, out, err = cli(capsys, dsn, "export", "--out-dir", str(out_dir))
+    code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir))
     assert code == 0 and err == "", err
     assert out.startswith(f"exported 7 task(s) to {out_dir}")
     return out_dir
 
 
-def test_export_after_creates_update_move_and_drift_plans_no_changes(
-    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path
-) -> None:
-    out_dir = history(capsys, dsn, tmp_path)
-    changes = plan_changes(capsys, dsn, out_dir)
+def test_export_after_creates_update_move_and_drift_plans_no_changes(dsn: str, tmp_path: Path) -> None:
+    out_dir = history(dsn, tmp_path)
+    changes = plan_changes(dsn, out_dir)
     assert set(changes) == {
         "billing/invoices",
         "ops/new-name",
@@ -243,33 +222,31 @@ def test_export_after_creates_update_move_and_drift_plans_no_changes(
     text = files["billing/invoices"].read_text(encoding="utf-8")  # shaped like a hand-written file
     assert 'headers = { X-Tenant = "eu", X-Api-Key = { env = "BILLING_API_KEY" } }' in text
     # Applying the export re-hashes the drifted row (and drops the finished move's moved_from): then no change.
-    apply(capsys, dsn, out_dir)
-    code, out, err = cli(capsys, dsn, "--tasks-dir", str(out_dir), "plan", "--detailed-exitcode")
+    apply(dsn, out_dir)
+    code, out, err = cli(dsn, None, "--tasks-dir", str(out_dir), "plan", "--detailed-exitcode")
     assert code == 0 and "No changes." in out, out + err
 
 
-def test_export_of_a_moved_task_plans_no_changes(capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path) -> None:
+def test_export_of_a_moved_task_plans_no_changes(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"new": 'moved_from = "old"\n' + cron_task("http://127.0.0.1:9/m")})
-    write(tasks.parent / "before", {"old": cron_task("http://127.0.0.1:9/m")})
-    apply(capsys, dsn, tasks.parent / "before")
-    apply(capsys, dsn, tasks)  # the move
-    code, _, err = cli(capsys, dsn, "export", "--out-dir", str(tmp_path / "out"))
+    write_tasks(tasks, {"new": 'moved_from = "old"\n' + cron("http://127.0.0.1:9/m")})
+    write_tasks(tasks.parent / "before", {"old": cron("http://127.0.0.1:9/m")})
+    apply(dsn, tasks.parent / "before")
+    apply(dsn, tasks)  # the move
+    code, _, err = cli(dsn, None, "export", "--out-dir", str(tmp_path / "out"))
     assert code == 0, err
-    code, out, err = cli(capsys, dsn, "--tasks-dir", str(tmp_path / "out"), "plan", "--detailed-exitcode")
+    code, out, err = cli(dsn, None, "--tasks-dir", str(tmp_path / "out"), "plan", "--detailed-exitcode")
     assert code == 0 and "No changes." in out, out + err
 
 
-def test_export_refuses_to_overwrite_without_force_and_writes_nothing(
-    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path
-) -> None:
+def test_export_refuses_to_overwrite_without_force_and_writes_nothing(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"a": cron_task("http://127.0.0.1:9/a"), "b/c": cron_task("http://127.0.0.1:9/c"), "z": EMPTY_JSON})
-    apply(capsys, dsn, tasks)
+    write_tasks(tasks, {"a": cron("http://127.0.0.1:9/a"), "b/c": cron("http://127.0.0.1:9/c"), "z": EMPTY_JSON})
+    apply(dsn, tasks)
     out_dir = tmp_path / "out"
-    write(out_dir, {"b/c": "# my own file\n", "z": "# mine too\n"})
+    write_tasks(out_dir, {"b/c": "# my own file\n", "z": "# mine too\n"})
     before = listing(out_dir)
-    code, out, err = cli(capsys, dsn, "export", "--out-dir", str(out_dir))
+    code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir))
     assert code == 1 and out == ""
     assert err == (
         f"error: export: {out_dir / 'b' / 'c.toml'} already exists; pass --force to overwrite it, "
@@ -278,45 +255,44 @@ def test_export_refuses_to_overwrite_without_force_and_writes_nothing(
     assert listing(out_dir) == before  # a.toml, checked first but free, was not written either
     # The user's own tasks directory is refused the same way: export never writes over it unasked.
     tasks_before = listing(tasks)
-    code, _, err = cli(capsys, dsn, "export", "--out-dir", str(tasks))
+    code, _, err = cli(dsn, None, "export", "--out-dir", str(tasks))
     assert code == 1 and "already exists; pass --force" in err and listing(tasks) == tasks_before
 
 
-def test_export_force_overwrites_and_replaces_a_symlink_without_following_it(
-    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path
-) -> None:
+def test_export_force_overwrites_and_replaces_a_symlink_without_following_it(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"a": cron_task("http://127.0.0.1:9/a"), "b": cron_task("http://127.0.0.1:9/b")})
-    apply(capsys, dsn, tasks)
+    write_tasks(tasks, {"a": cron("http://127.0.0.1:9/a"), "b": cron("http://127.0.0.1:9/b")})
+    apply(dsn, tasks)
     out_dir = tmp_path / "out"
-    write(out_dir, {"a": "# stale\n"})
+    write_tasks(out_dir, {"a": "# stale\n"})
     outside = tmp_path / "elsewhere.toml"
     outside.write_text("# not the export's to change\n")
     os.symlink(outside, out_dir / "b.toml")
-    code, out, err = cli(capsys, dsn, "export", "--out-dir", str(out_dir), "--force")
+    code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir), "--force")
     assert code == 0 and err == "" and out.startswith("exported 2 task(s)"), err
-    assert (out_dir / "a.toml").read_text() == cron_task("http://127.0.0.1:9/a")
+    exported = '[trigger]\nkind = "cron"\nexpr = "*/5 * * * *"\n\n[target]\nurl = "http://127.0.0.1:9/a"\n'
+    assert (out_dir / "a.toml").read_text() == exported  # as export lays a file out: a blank line between tables
     assert not (out_dir / "b.toml").is_symlink() and "127.0.0.1:9/b" in (out_dir / "b.toml").read_text()
     assert outside.read_text() == "# not the export's to change\n"
     assert sorted(p.name for p in out_dir.iterdir()) == ["a.toml", "b.toml"]  # no temporary file left
-    code, out, _ = cli(capsys, dsn, "--tasks-dir", str(out_dir), "plan", "--detailed-exitcode")
+    code, out, _ = cli(dsn, None, "--tasks-dir", str(out_dir), "plan", "--detailed-exitcode")
     assert code == 0 and "No changes." in out
 
 
 @pytest.mark.parametrize("force", [False, True])
 @pytest.mark.parametrize("link", ["billing", "billing/eu"])
 def test_export_refuses_to_write_through_a_symlinked_folder_and_writes_nothing(
-    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path, force: bool, link: str
+    dsn: str, tmp_path: Path, force: bool, link: str
 ) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"a": cron_task("http://127.0.0.1:9/a"), "billing/eu/invoices": cron_task("http://127.0.0.1:9/i")})
-    apply(capsys, dsn, tasks)
+    write_tasks(tasks, {"a": cron("http://127.0.0.1:9/a"), "billing/eu/invoices": cron("http://127.0.0.1:9/i")})
+    apply(dsn, tasks)
     out_dir, outside = tmp_path / "out", tmp_path / "elsewhere"
     outside.mkdir()
     (out_dir / link).parent.mkdir(parents=True)
     os.symlink(outside, out_dir / link)  # billing/ -> elsewhere/, or billing/eu/ -> elsewhere/
     before = listing(out_dir)
-    code, out, err = cli(capsys, dsn, "export", "--out-dir", str(out_dir), *(["--force"] if force else []))
+    code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir), *(["--force"] if force else []))
     assert code == 1 and out == ""
     assert err == (
         f"error: export: {out_dir / link} is a symlink; export writes no file through one: "
@@ -326,28 +302,26 @@ def test_export_refuses_to_write_through_a_symlinked_folder_and_writes_nothing(
 
 
 def test_export_defaults_to_a_new_directory_never_tasks_d(
-    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    write(tmp_path / "tasks.d", {"billing/invoices": INVOICES})
-    code, _, err = cli(capsys, dsn, "apply")
+    write_tasks(tmp_path / "tasks.d", {"billing/invoices": INVOICES})
+    code, _, err = cli(dsn, None, "apply")
     assert code == 0, err
     before = listing(tmp_path / "tasks.d")
-    code, out, err = cli(capsys, dsn, "export")
+    code, out, err = cli(dsn, None, "export")
     assert code == 0, err
     assert DEFAULT_OUT_DIR == "exported.d" and out.startswith("exported 1 task(s) to exported.d")
     assert listing(tmp_path / "tasks.d") == before  # comments and all
     assert (tmp_path / "exported.d" / "billing" / "invoices.toml").is_file()
-    code, _, err = cli(capsys, dsn, "export")  # a second export refuses: the first one's files exist
+    code, _, err = cli(dsn, None, "export")  # a second export refuses: the first one's files exist
     assert code == 1 and "exported.d/billing/invoices.toml already exists" in err
 
 
-def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stored(
-    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path
-) -> None:
+def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stored(dsn: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.d"
-    write(tasks, {"old/secret": cron_task("http://127.0.0.1:9/s"), "broken": cron_task("http://127.0.0.1:9/b")})
-    apply(capsys, dsn, tasks)
+    write_tasks(tasks, {"old/secret": cron("http://127.0.0.1:9/s"), "broken": cron("http://127.0.0.1:9/b")})
+    apply(dsn, tasks)
     # Rows as an older version wrote them (hash consistent, no digest): literal credentials the model now refuses.
     spec = stored(dsn, "old/secret")
     spec["target"]["headers"] = {"Authorization": "Bearer hunter2-header", "X-Tenant": "eu"}
@@ -363,7 +337,7 @@ def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stor
             "UPDATE scheduler.tasks SET spec = jsonb_set(spec, '{trigger,expr}', '\"nope\"') WHERE id = 'broken'"
         )
     out_dir = tmp_path / "out"
-    code, out, err = cli(capsys, dsn, "export", "--out-dir", str(out_dir))
+    code, out, err = cli(dsn, None, "export", "--out-dir", str(out_dir))
     assert code == 0 and out.startswith("exported 2 task(s)"), err
     warnings = err.splitlines()
     assert all(line.startswith("warning: ") for line in warnings) and len(warnings) == 6, err
@@ -389,10 +363,10 @@ def test_export_of_old_rows_hides_literal_secrets_and_keeps_invalid_ones_as_stor
         "fields: minute hour day-of-month month day-of-week); written as stored, fix the file before plan or apply"
     ]
     assert tomllib.loads((out_dir / "broken.toml").read_text())["trigger"]["expr"] == "nope"
-    code, out, err = cli(capsys, dsn, "--tasks-dir", str(out_dir), "plan")
+    code, out, err = cli(dsn, None, "--tasks-dir", str(out_dir), "plan")
     assert code == 1 and f"{out_dir}/broken.toml:" in err and "trigger.expr" in err
-    (out_dir / "broken.toml").write_text(cron_task("http://127.0.0.1:9/b"))
-    changes = plan_changes(capsys, dsn, out_dir)
+    (out_dir / "broken.toml").write_text(cron("http://127.0.0.1:9/b"))
+    changes = plan_changes(dsn, out_dir)
     assert changes["old/secret"]["op"] == "update"  # the placeholders replace the literals
     assert {f["path"] for f in changes["old/secret"]["fields"]} == {
         "target.auth.token",

@@ -6,13 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.helpers import Output, cli, wait_until
+from tests.builders import clean_env, cli, reconciler_argv
+from tests.helpers import Output, wait_until
 
 TASK = '[trigger]\nkind = "interval"\nevery = "1h"\n[target]\nurl = "http://127.0.0.1:9/x"\n'
 NOT_UTF8 = "the name is not UTF-8 text; rename it"
@@ -27,12 +27,10 @@ def project(tmp_path: Path) -> Path:
 
 
 def reconciler(*args: str, cwd: Path, dsn: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
-    env["RECONCILER_DSN"] = dsn
     return subprocess.Popen(
-        [sys.executable, "-u", "-m", "reconciler", *args],
+        reconciler_argv(*args),
         cwd=cwd,
-        env=env,
+        env=clean_env(dsn, PYTHONUNBUFFERED="1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -47,16 +45,14 @@ def task_ids(dsn: str) -> set[str]:
             return set()
 
 
-def test_validate_names_each_file_and_folder_that_is_not_utf8(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_validate_names_each_file_and_folder_that_is_not_utf8(tmp_path: Path) -> None:
     tasks = project(tmp_path)
     (tasks / f"{BAD}.toml").write_text(TASK)
     (tasks / f"x{BAD}").mkdir()
     (tasks / f"x{BAD}" / "c.toml").write_text(TASK)
     (tmp_path / "notifiers.d").mkdir()
     (tmp_path / "notifiers.d" / f"{BAD}.toml").write_text('kind = "webhook"\nurl = "https://example.com/"\n')
-    code, out, err = cli(capsys, None, tasks, "validate")
+    code, out, err = cli(None, tasks, "validate")
     assert code == 1 and out == ""
     assert err.splitlines() == [
         f"{tasks}/x\\xff:0: (file): {NOT_UTF8} (ids, paths and the database are UTF-8)",
@@ -70,26 +66,21 @@ def test_validate_names_each_file_and_folder_that_is_not_utf8(
     ("option", "args"),
     [("--tasks-dir", ["validate"]), ("PLANFILE", ["apply", BAD]), ("--out-dir", ["export", "--out-dir", BAD])],
 )
-def test_a_path_option_that_is_not_utf8_is_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, args: list[str]
-) -> None:
+def test_a_path_option_that_is_not_utf8_is_a_usage_error(tmp_path: Path, option: str, args: list[str]) -> None:
     (tmp_path / BAD).mkdir()
     tasks = tmp_path / (BAD if option == "--tasks-dir" else "tasks.d")
-    with pytest.raises(SystemExit) as exited:
-        cli(capsys, None, tasks, *args)
-    assert exited.value.code == 1
+    code, _, err = cli(None, tasks, *args)  # argparse's usage exit
+    assert code == 1
     shown = f"{tmp_path}/\\xff" if option == "--tasks-dir" else "\\xff"
-    assert capsys.readouterr().err.splitlines()[-1].endswith(f"{option} {shown}: the path is not UTF-8 text; rename it")
+    assert err.splitlines()[-1].endswith(f"{option} {shown}: the path is not UTF-8 text; rename it")
 
 
-def test_plan_and_apply_refuse_a_name_that_is_not_utf8_and_prune_nothing(
-    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_plan_and_apply_refuse_a_name_that_is_not_utf8_and_prune_nothing(dsn: str, tmp_path: Path) -> None:
     tasks = project(tmp_path)
-    assert cli(capsys, dsn, tasks, "apply")[0] == 0
+    assert cli(dsn, tasks, "apply")[0] == 0
     (tasks / "b.toml").rename(tasks / f"{BAD}.toml")  # b's file is still there, under a name that cannot be read
     for command in ("plan", "apply"):
-        code, out, err = cli(capsys, dsn, tasks, command)
+        code, out, err = cli(dsn, tasks, command)
         assert code == 1 and "delete" not in out, (out, err)
         assert f"{tasks}/\\xff.toml:0: (file): {NOT_UTF8}" in err
     assert task_ids(dsn) == {"a", "b"}

@@ -10,9 +10,7 @@ into valid tasks: whatever validates can be stored and scheduled without an exce
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
 import math
 import re
@@ -28,12 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from reconciler.cli.parser import main
 from reconciler.files.tasks import load_text
 from reconciler.schedule.base import FLOOR, HORIZON
 from reconciler.schedule.preview import upcoming
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec import task as models
+from tests.builders import run_main
 
 BASE: dict[str, Any] = {
     "description": "fuzz base",
@@ -136,13 +134,6 @@ FILES = st.lists(st.tuples(st.sampled_from(["surely_bad", "garbage", "spliced"])
 LINE = r"^{root}/(?P<file>[^:/]+\.toml):(?P<line>\d+): (?P<key>[^:]+): .+$"
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=FILES)
 def test_fuzzed_files_never_crash_and_bad_ones_are_named(files: list[tuple[str, st.DataObject]], dsn: str) -> None:
@@ -163,7 +154,7 @@ def test_fuzzed_files_never_crash_and_bad_ones_are_named(files: list[tuple[str, 
             (root / name).write_text(text)
         line_format = re.compile(LINE.format(root=re.escape(str(root))))
         for command in ("validate", "plan"):
-            code, _, err = run_cli(["--tasks-dir", str(root), "--dsn", dsn, command])
+            code, _, err = run_main(["--tasks-dir", str(root), "--dsn", dsn, command])
             lines = err.splitlines()
             if code == 0:
                 assert not surely_bad and not lines
@@ -301,7 +292,7 @@ def test_boundary_values_through_the_cli_never_raise(doc: dict[str, Any]) -> Non
     try:
         (root / "t.toml").write_text(tomli_w.dumps(doc))
         for argv in (["validate"], ["next", "--count", "3", "--after", "9000-12-31T00:00:00Z"]):
-            code, _, err = run_cli(["--tasks-dir", str(root), *argv])
+            code, _, err = run_main(["--tasks-dir", str(root), *argv])
             assert code in (0, 1) and "Traceback" not in err
             assert all(line.startswith(str(root)) for line in err.splitlines()[:-1]), err
     finally:

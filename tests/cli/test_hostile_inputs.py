@@ -9,11 +9,7 @@ No case may ever print a traceback or a secret it was given.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,20 +17,12 @@ from typing import Any
 
 import pytest
 
-from reconciler.cli.parser import main
+from tests.builders import run_main, run_reconciler
+from tests.builders import task_text as task
 
 URL = "http://127.0.0.1:9/hook"
 CRON = 'kind = "cron"\nexpr = "0 * * * *"'
 SECRET = "hunter2-literal"
-ENV = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
-
-
-def task(top: str = "", trigger: str = CRON, target: str = "", policy: str = "", url: str = URL) -> str:
-    """A task file; each argument is TOML text for its table (`url` goes into [target])."""
-    parts = [top, "[trigger]", trigger, "[target]", f'url = "{url}"', target]
-    if policy:
-        parts += ["[policy]", policy]
-    return "\n".join(part for part in parts if part) + "\n"
 
 
 def nested(open_: str, close: str, depth: int) -> str:
@@ -322,17 +310,9 @@ PARAMS = [pytest.param(case, mode, id=f"{case.id}-{mode}") for case in CASES for
 def run(argv: list[str], spawn: bool, cwd: Path) -> tuple[int, str, str]:
     """Exit code, stdout, stderr of the CLI, in-process or as `python -m reconciler`."""
     if spawn:
-        done = subprocess.run(
-            [sys.executable, "-m", "reconciler", *argv], cwd=cwd, capture_output=True, text=True, env=ENV, timeout=60
-        )
+        done = run_reconciler(*argv, cwd=cwd, timeout=60)
         return done.returncode, done.stdout, done.stderr
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's usage errors
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
+    return run_main(argv)
 
 
 def expected_line(case: Case) -> int:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.db.store import Store
 from reconciler.files.tasks import load_dir
 from reconciler.reconcile.apply import apply_tasks
-from tests.engines import soon, start_engines, stop, wait_registered
+from tests.builders import run_reconciler, soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, wait_until
 from tests.httpserver import serving
 
@@ -73,12 +71,7 @@ async def test_json_logs_parse_line_by_line_and_hold_no_secret(store: Store, dsn
 
 
 def test_user_error_is_one_json_line_in_json_mode() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "reconciler", "--log-format", "json", "--dsn", "host=127.0.0.1 port=1", "status"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_reconciler("--log-format", "json", "--dsn", "host=127.0.0.1 port=1", "status", timeout=60)
     assert proc.returncode == 1
     [line] = proc.stderr.splitlines()
     event = json.loads(line)

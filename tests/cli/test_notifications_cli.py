@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from reconciler.cli.parser import parse
 from reconciler.db.grants import grants_sql
-from tests.helpers import cli
+from tests.builders import cli
 
 TASK = '[trigger]\nkind = "cron"\nexpr = "*/5 * * * *"\n[target]\nurl = "http://127.0.0.1:9/x"\n'
 HOSTILE_ERROR = "refused\r\nX-Evil: 1 \x1b[31mred\x1b[0m token=NOTESECRET https://u:NOTEPW@hooks.example/x"
@@ -44,13 +44,13 @@ def notification(dsn: str, task_id: str, event: str, notifier: str, **values: ob
 
 
 @pytest.fixture
-def tasks(dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+def tasks(dsn: str, tmp_path: Path) -> Path:
     """Tasks a and b applied to the test database."""
     folder = tmp_path / "tasks.d"
     folder.mkdir()
     for name in ("a", "b"):
         (folder / f"{name}.toml").write_text(TASK)
-    assert cli(capsys, dsn, folder, "apply")[0] == 0
+    assert cli(dsn, folder, "apply")[0] == 0
     return folder
 
 
@@ -87,11 +87,9 @@ def cells(out: str) -> list[list[str]]:
 # ---------------------------------------------------------------- reconciler notifications
 
 
-def test_notifications_lists_the_outbox_newest_first(
-    runs: tuple[int, int], dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_notifications_lists_the_outbox_newest_first(runs: tuple[int, int], dsn: str, tasks: Path) -> None:
     failed, recovered = runs
-    code, out, _ = cli(capsys, dsn, tasks, "notifications")
+    code, out, _ = cli(dsn, tasks, "notifications")
     assert code == 0
     header, *rows = cells(out)
     assert header == [
@@ -110,11 +108,9 @@ def test_notifications_lists_the_outbox_newest_first(
     assert ids == sorted(ids, reverse=True)
 
 
-def test_notifications_filters_by_status_task_and_limit(
-    runs: tuple[int, int], dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_notifications_filters_by_status_task_and_limit(runs: tuple[int, int], dsn: str, tasks: Path) -> None:
     def listed(*args: str) -> list[tuple[str, str, str]]:
-        code, out, err = cli(capsys, dsn, tasks, "notifications", *args)
+        code, out, err = cli(dsn, tasks, "notifications", *args)
         assert code == 0, err
         return [(row[2], row[3], row[4]) for row in cells(out)[1:]]
 
@@ -124,36 +120,32 @@ def test_notifications_filters_by_status_task_and_limit(
     assert listed("--limit", "2") == [("b", "late", "oncall"), ("a", "recovery", "oncall")]
 
 
-def test_an_empty_outbox_says_so_in_one_line(dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_empty_outbox_says_so_in_one_line(dsn: str, tmp_path: Path) -> None:
     folder = tmp_path / "tasks.d"
     folder.mkdir()
     (folder / "a.toml").write_text(TASK)
-    assert cli(capsys, dsn, folder, "notifications") == (0, "no notifications recorded yet\n", "")  # no schema yet
-    assert cli(capsys, dsn, folder, "apply")[0] == 0
-    code, out, _ = cli(capsys, dsn, folder, "notifications", "--status", "failed", "--task", "a")
+    assert cli(dsn, folder, "notifications") == (0, "no notifications recorded yet\n", "")  # no schema yet
+    assert cli(dsn, folder, "apply")[0] == 0
+    code, out, _ = cli(dsn, folder, "notifications", "--status", "failed", "--task", "a")
     assert (code, out) == (0, "no failed notifications of a recorded yet\n")
-    code, out, _ = cli(capsys, dsn, folder, "notifications", "--format", "json")
+    code, out, _ = cli(dsn, folder, "notifications", "--format", "json")
     assert (code, json.loads(out)) == (0, [])
 
 
-def test_notifications_of_an_unknown_task_is_an_error(
-    runs: tuple[int, int], dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, err = cli(capsys, dsn, tasks, "notifications", "--task", "nope")
+def test_notifications_of_an_unknown_task_is_an_error(runs: tuple[int, int], dsn: str, tasks: Path) -> None:
+    code, out, err = cli(dsn, tasks, "notifications", "--task", "nope")
     assert (code, out) == (1, "")
     assert err == (
         "error: unknown task 'nope': no such task and no notifications recorded; see `reconciler status` for the ids\n"
     )
     notification(dsn, "gone", "failure", "oncall", status="failed", attempts=5)  # a task deleted since
-    code, out, _ = cli(capsys, dsn, tasks, "notifications", "--task", "gone")
+    code, out, _ = cli(dsn, tasks, "notifications", "--task", "gone")
     assert code == 0 and cells(out)[1][2:5] == ["gone", "failure", "oncall"]
 
 
-def test_notifications_json_has_iso_times_and_no_payload(
-    runs: tuple[int, int], dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_notifications_json_has_iso_times_and_no_payload(runs: tuple[int, int], dsn: str, tasks: Path) -> None:
     failed, _ = runs
-    code, out, _ = cli(capsys, dsn, tasks, "notifications", "--status", "failed", "--format", "json")
+    code, out, _ = cli(dsn, tasks, "notifications", "--status", "failed", "--format", "json")
     assert code == 0
     [row] = json.loads(out)
     assert {k: row[k] for k in ("task_id", "event", "notifier", "run_id", "status", "attempts", "http_status")} == {
@@ -172,11 +164,9 @@ def test_notifications_json_has_iso_times_and_no_payload(
 # ---------------------------------------------------------------- runs and explain
 
 
-def test_runs_show_what_each_run_notified(
-    runs: tuple[int, int], dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_runs_show_what_each_run_notified(runs: tuple[int, int], dsn: str, tasks: Path) -> None:
     failed, recovered = runs
-    code, out, _ = cli(capsys, dsn, tasks, "runs")
+    code, out, _ = cli(dsn, tasks, "runs")
     assert code == 0
     lines = out.splitlines()
     assert lines[1].lstrip().startswith(f"{recovered}  a")
@@ -186,14 +176,14 @@ def test_runs_show_what_each_run_notified(
     assert lines[5] == "    notified pager: failed (attempt 5, HTTP 503: service unavailable)"
     assert len(lines) == 6
 
-    code, out, _ = cli(capsys, dsn, tasks, "runs", "--verbose")
+    code, out, _ = cli(dsn, tasks, "runs", "--verbose")
     assert code == 0
     lines = out.splitlines()
     assert lines[2].startswith("    claimed ") and lines[3] == "    response: (none stored)"  # its details first
     assert lines[4] == "    notified oncall: pending (attempt 2, HTTP 500)"
     assert lines[5].lstrip().startswith(f"{failed}  a")
 
-    code, out, _ = cli(capsys, dsn, tasks, "runs", "--format", "json")
+    code, out, _ = cli(dsn, tasks, "runs", "--format", "json")
     assert code == 0
     shown = {run["id"]: run["notifications"] for run in json.loads(out)}
     assert [(n["notifier"], n["event"], n["status"]) for n in shown[failed]] == [
@@ -204,10 +194,8 @@ def test_runs_show_what_each_run_notified(
     assert [(n["notifier"], n["attempts"], n["http_status"]) for n in shown[recovered]] == [("oncall", 2, 500)]
 
 
-def test_explain_shows_what_each_run_notified(
-    runs: tuple[int, int], dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, err = cli(capsys, dsn, tasks, "explain", "a", "--at", "2026-12-02T12:10:00Z")
+def test_explain_shows_what_each_run_notified(runs: tuple[int, int], dsn: str, tasks: Path) -> None:
+    code, out, err = cli(dsn, tasks, "explain", "a", "--at", "2026-12-02T12:10:00Z")
     assert code == 0, err
     lines = out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("  2026-12-02 12:05:00 UTC  → failed"))
@@ -219,9 +207,7 @@ def test_explain_shows_what_each_run_notified(
     assert lines[at + 4] == "      notified oncall: pending (attempt 2, HTTP 500)"
 
 
-def test_hostile_notification_values_are_escaped_and_masked(
-    runs: tuple[int, int], dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_hostile_notification_values_are_escaped_and_masked(runs: tuple[int, int], dsn: str, tasks: Path) -> None:
     failed, _ = runs
     notification(dsn, "a", "failure", HOSTILE_NOTIFIER, run_id=failed, status="failed", attempts=5, error=HOSTILE_ERROR)
     escaped = "refused\\r\\nX-Evil: 1 \\x1b[31mred\\x1b[0m token=*** https://***@hooks.example/x"
@@ -234,7 +220,7 @@ def test_hostile_notification_values_are_escaped_and_masked(
         ["runs", "--format", "json"],
         ["explain", "a", "--at", "2026-12-02T12:10:00Z"],
     ):
-        code, out, err = cli(capsys, dsn, tasks, *command)
+        code, out, err = cli(dsn, tasks, *command)
         assert code == 0, (command, err)
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", out), (command, out)  # no ESC, BEL or CR reaches a terminal
         assert "NOTESECRET" not in out and "NOTEPW" not in out, (command, out)
@@ -270,14 +256,12 @@ def older_reader(dsn: str, tasks: Path) -> Iterator[str]:
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
-def test_runs_and_explain_work_without_the_outbox(
-    runs: tuple[int, int], older_reader: str, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_runs_and_explain_work_without_the_outbox(runs: tuple[int, int], older_reader: str, tasks: Path) -> None:
     for command in (["runs"], ["runs", "--format", "json"], ["explain", "a", "--at", "2026-12-02T12:10:00Z"]):
-        code, out, err = cli(capsys, older_reader, tasks, *command)
+        code, out, err = cli(older_reader, tasks, *command)
         assert code == 0, (command, err)
         assert "notified" not in out and "pager" not in out, (command, out)
-    code, out, err = cli(capsys, older_reader, tasks, "notifications")
+    code, out, err = cli(older_reader, tasks, "notifications")
     assert (code, out) == (1, "")
     assert err.count("\n") == 1 and "needs SELECT on scheduler.notifications" in err and "reconciler db grants" in err
 

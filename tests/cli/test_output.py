@@ -9,7 +9,6 @@ import os
 import pty
 import re
 import subprocess
-import sys
 from io import StringIO
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from reconciler.output.text import colour_wanted
 from reconciler.schedule.describe import describe_trigger, interval_words
 from reconciler.spec.task import TaskSpec
-from tests.helpers import cli
+from tests.builders import cli, reconciler_argv, run_reconciler, task_text, write_tasks
 
 INSTANT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\d\d:\d\d:\d\d\.\d")  # ISO text, or fractions of a second
@@ -28,18 +27,10 @@ HOSTILE = "ok token=EXCERPTSECRET https://bob:PW@x.example/ \x1b[2J"
 
 
 def toml(trigger: str, extra: str = "", name: str = "x") -> str:
-    return f'{extra}[trigger]\n{trigger}\n[target]\nurl = "http://127.0.0.1:9/{name}"\n'
+    return task_text(extra.rstrip("\n"), trigger=trigger, url=f"http://127.0.0.1:9/{name}")
 
 
 CRON = 'kind = "cron"\nexpr = "*/5 * * * *"'
-
-
-def write(tasks: Path, files: dict[str, str]) -> Path:
-    for task_id, text in files.items():
-        path = tasks / f"{task_id}.toml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tasks
 
 
 def sql(dsn: str, statement: str, params: tuple[object, ...] = ()) -> None:
@@ -61,9 +52,9 @@ def add_run(dsn: str, task_id: str, **values: object) -> None:
 
 
 @pytest.fixture
-def applied(dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+def applied(dsn: str, tmp_path: Path) -> Path:
     """Tasks applied to the test database: a, off (disabled), late, patient (grace 1 h) and a long id."""
-    tasks = write(
+    tasks = write_tasks(
         tmp_path / "tasks.d",
         {
             "a": toml(CRON),
@@ -73,39 +64,35 @@ def applied(dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Pat
             LONG_ID: toml(CRON),
         },
     )
-    assert cli(capsys, dsn, tasks, "apply")[0] == 0
+    assert cli(dsn, tasks, "apply")[0] == 0
     return tasks
 
 
 # ---------------------------------------------------------------- one instant format
 
 
-def test_next_writes_instants_as_every_other_command_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tasks = write(tmp_path, {"b": toml('kind = "cron"\nexpr = "30 2 * * *"', 'timezone = "Europe/Berlin"\n')})
-    code, out, _ = cli(capsys, None, tasks, "next", "--count", "2", "--after", "2026-12-02T12:00:00Z")
+def test_next_writes_instants_as_every_other_command_does(tmp_path: Path) -> None:
+    tasks = write_tasks(tmp_path, {"b": toml('kind = "cron"\nexpr = "30 2 * * *"', 'timezone = "Europe/Berlin"\n')})
+    code, out, _ = cli(None, tasks, "next", "--count", "2", "--after", "2026-12-02T12:00:00Z")
     assert code == 0
     assert out.splitlines()[1:] == [
         "  2026-12-03 02:30:00 CET (2026-12-03 01:30:00 UTC)",
         "  2026-12-04 02:30:00 CET (2026-12-04 01:30:00 UTC)",
     ]
-    code, out, _ = cli(
-        capsys, None, tasks, "next", "--count", "1", "--after", "2026-12-02T12:00:00Z", "--format", "json"
-    )
+    code, out, _ = cli(None, tasks, "next", "--count", "1", "--after", "2026-12-02T12:00:00Z", "--format", "json")
     assert json.loads(out)[0]["fire_times"] == ["2026-12-03T02:30:00+01:00"]  # json keeps ISO with an offset
 
 
-def test_text_outputs_share_one_instant_format_to_the_second(
-    applied: Path, dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert cli(capsys, dsn, applied, "trigger", "a")[0] == 0  # a manual run: requested now, with microseconds
+def test_text_outputs_share_one_instant_format_to_the_second(applied: Path, dsn: str) -> None:
+    assert cli(dsn, applied, "trigger", "a")[0] == 0  # a manual run: requested now, with microseconds
     add_run(dsn, "a", finished_at="now()", started_at="now()", http_status=200)
     for command in (["status"], ["runs"], ["runs", "--verbose"], ["explain", "a"], ["history"], ["plan"]):
-        code, out, err = cli(capsys, dsn, applied, *command)
+        code, out, err = cli(dsn, applied, *command)
         assert code == 0, (command, err)
         assert not ISO.search(out), (command, out)
         if command != ["plan"]:  # a plan without changes names no instant
             assert INSTANT.search(out), (command, out)
-    code, out, _ = cli(capsys, dsn, applied, "runs", "--format", "json")
+    code, out, _ = cli(dsn, applied, "runs", "--format", "json")
     assert all(re.fullmatch(r"\d{4}-.*\+00:00", run["scheduled_for"]) for run in json.loads(out))
 
 
@@ -126,16 +113,10 @@ def test_cron_descriptions_use_a_24_hour_clock(expr: str, words: str) -> None:
 
 
 def test_cron_descriptions_are_english_24_hour_whatever_the_locale(tmp_path: Path) -> None:
-    tasks = write(tmp_path, {"b": toml('kind = "cron"\nexpr = "0 0 * * *"')})
+    tasks = write_tasks(tmp_path, {"b": toml('kind = "cron"\nexpr = "0 0 * * *"')})
     env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
     for locale in ({}, {"LC_ALL": "C"}, {"LANG": "de_DE.UTF-8"}):
-        done = subprocess.run(
-            [sys.executable, "-m", "reconciler", "--tasks-dir", str(tasks), "next", "--count", "1"],
-            env={**env, **locale},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_reconciler("--tasks-dir", str(tasks), "next", "--count", "1", env={**env, **locale}, timeout=60)
         assert done.returncode == 0 and done.stderr == "", (locale, done.stderr)
         assert done.stdout.startswith("b  — At 00:00 (UTC)\n"), (locale, done.stdout)
 
@@ -167,13 +148,11 @@ def test_interval_description_says_elapsed_time() -> None:
 # ---------------------------------------------------------------- status
 
 
-def test_status_shows_disabled_last_run_overdue_and_fits_long_ids(
-    applied: Path, dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_status_shows_disabled_last_run_overdue_and_fits_long_ids(applied: Path, dsn: str) -> None:
     sql(dsn, "UPDATE scheduler.tasks SET next_run_at = now() WHERE id = 'off'")  # a hand edit: still no next run
     sql(dsn, "UPDATE scheduler.tasks SET next_run_at = now() - interval '5 minutes' WHERE id IN ('late', 'patient')")
     add_run(dsn, "a", scheduled_for="2026-12-02 12:05:00.123456+00", status="failed", http_status=500)
-    code, out, _ = cli(capsys, dsn, applied, "status")
+    code, out, _ = cli(dsn, applied, "status")
     assert code == 0
     lines = out.splitlines()
     header = next(ln for ln in lines if ln.startswith("TASK"))
@@ -193,11 +172,11 @@ def test_status_shows_disabled_last_run_overdue_and_fits_long_ids(
     assert "OVERDUE" not in rows["a"] and "OVERDUE" not in rows["off"]
 
 
-def test_status_json_has_overdue_and_last_run_at(applied: Path, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_json_has_overdue_and_last_run_at(applied: Path, dsn: str) -> None:
     sql(dsn, "UPDATE scheduler.tasks SET next_run_at = now() - interval '5 minutes' WHERE id = 'late'")
     sql(dsn, "UPDATE scheduler.tasks SET next_run_at = now() WHERE id = 'off'")
     add_run(dsn, "a", scheduled_for="2026-12-02 12:05:00+00", finished_at="2026-12-02 12:05:01+00")
-    code, out, _ = cli(capsys, dsn, applied, "status", "--format", "json")
+    code, out, _ = cli(dsn, applied, "status", "--format", "json")
     assert code == 0
     tasks = {t["id"]: t for t in json.loads(out)["tasks"]}
     assert {k: tasks["a"][k] for k in ("last_run_at", "last_status", "last_finished_at", "overdue")} == {
@@ -213,12 +192,10 @@ def test_status_json_has_overdue_and_last_run_at(applied: Path, dsn: str, capsys
 # ---------------------------------------------------------------- runs and explain
 
 
-def test_runs_columns_stay_aligned_with_manual_runs_and_long_ids(
-    applied: Path, dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert cli(capsys, dsn, applied, "trigger", LONG_ID)[0] == 0
+def test_runs_columns_stay_aligned_with_manual_runs_and_long_ids(applied: Path, dsn: str) -> None:
+    assert cli(dsn, applied, "trigger", LONG_ID)[0] == 0
     add_run(dsn, "a", status="failed", http_status=503, error="HTTP 503")
-    code, out, _ = cli(capsys, dsn, applied, "runs")
+    code, out, _ = cli(dsn, applied, "runs")
     assert code == 0
     header, *rows = out.splitlines()
     assert len(rows) == 2
@@ -233,39 +210,37 @@ def test_runs_columns_stay_aligned_with_manual_runs_and_long_ids(
     assert all(INSTANT.fullmatch(value) for value in scheduled), scheduled
 
 
-def test_response_excerpt_is_shown_masked_and_escaped(
-    applied: Path, dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_response_excerpt_is_shown_masked_and_escaped(applied: Path, dsn: str) -> None:
     add_run(dsn, "a", kind="manual", http_status=200, response_excerpt=HOSTILE, engine_id="e1", duration_ms=12)
     shown = "response: ok token=*** https://***@x.example/ \\x1b[2J"
-    code, plain, _ = cli(capsys, dsn, applied, "runs")
+    code, plain, _ = cli(dsn, applied, "runs")
     assert code == 0 and "response:" not in plain  # only with --verbose
-    code, verbose, _ = cli(capsys, dsn, applied, "runs", "a", "--verbose")
+    code, verbose, _ = cli(dsn, applied, "runs", "a", "--verbose")
     assert code == 0 and f"    {shown}" in verbose.splitlines()
     assert any(ln.startswith("    engine e1, claimed ") and ln.endswith(", 12 ms") for ln in verbose.splitlines())
-    code, out, _ = cli(capsys, dsn, applied, "runs", "--format", "json")
+    code, out, _ = cli(dsn, applied, "runs", "--format", "json")
     assert json.loads(out)[0]["response_excerpt"] == "ok token=*** https://***@x.example/ \x1b[2J"
-    code, explained, _ = cli(capsys, dsn, applied, "explain", "a")
+    code, explained, _ = cli(dsn, applied, "explain", "a")
     assert code == 0 and f"      {shown}" in explained.splitlines()
     for text in (verbose, out, explained):
         assert "EXCERPTSECRET" not in text and "PW@" not in text and "\x1b" not in text
 
 
-def test_runs_of_an_unknown_id_is_an_error(applied: Path, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = cli(capsys, dsn, applied, "runs", "nope")
+def test_runs_of_an_unknown_id_is_an_error(applied: Path, dsn: str) -> None:
+    code, out, err = cli(dsn, applied, "runs", "nope")
     assert code == 1 and out == ""
     assert err.strip().count("\n") == 0 and err.startswith("error: unknown task 'nope'")
-    code, out, _ = cli(capsys, dsn, applied, "runs", "a")  # known, never ran
+    code, out, _ = cli(dsn, applied, "runs", "a")  # known, never ran
     assert code == 0 and out == "no runs of a recorded yet\n"
-    code, out, _ = cli(capsys, dsn, applied, "runs", "--status", "failed")
+    code, out, _ = cli(dsn, applied, "runs", "--status", "failed")
     assert code == 0 and out == "no failed runs recorded yet\n"
 
 
-def test_runs_of_a_deleted_task_are_still_shown(applied: Path, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_of_a_deleted_task_are_still_shown(applied: Path, dsn: str) -> None:
     add_run(dsn, "gone", status="failed", error="boom")  # the history of a task deleted since
-    code, out, _ = cli(capsys, dsn, applied, "runs", "gone")
+    code, out, _ = cli(dsn, applied, "runs", "gone")
     assert code == 0 and "gone" in out.splitlines()[1] and out.splitlines()[1].endswith("boom")
-    code, out, _ = cli(capsys, dsn, applied, "runs", "gone", "--status", "succeeded")  # known id, no such runs
+    code, out, _ = cli(dsn, applied, "runs", "gone", "--status", "succeeded")  # known id, no such runs
     assert code == 0 and out == "no succeeded runs of gone recorded yet\n"
 
 
@@ -275,7 +250,7 @@ def test_runs_of_a_deleted_task_are_still_shown(applied: Path, dsn: str, capsys:
 def on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
     """`reconciler ARGV` with its stdout on a pseudo-terminal; what it wrote there."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "reconciler", *argv], stdout=slave, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(reconciler_argv(*argv), stdout=slave, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     chunks = []
     while True:
@@ -294,7 +269,7 @@ def on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
 @pytest.fixture
 def changed(dsn: str, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """A plan with a change to show (so a coloured head line), and the environment to run it in."""
-    tasks = write(tmp_path / "tasks.d", {"a": toml(CRON)})
+    tasks = write_tasks(tmp_path / "tasks.d", {"a": toml(CRON)})
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
     return ["--dsn", dsn, "--tasks-dir", str(tasks)], env
 

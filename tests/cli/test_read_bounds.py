@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from reconciler.db.store import READ_LOCK_SECONDS, READ_STATEMENT_SECONDS, Store
-from tests.helpers import cli
+from tests.builders import cli
 
 # command line → the table it reads first, and the named query that waits for it
 READS = {
@@ -37,25 +37,21 @@ def locked(dsn: str, table: str) -> Iterator[None]:
         holder.rollback()
 
 
-def run_locked(
-    capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path, args: tuple[str, ...], option: str
-) -> tuple[int, str, float]:
+def run_locked(dsn: str, tmp_path: Path, args: tuple[str, ...], option: str) -> tuple[int, str, float]:
     """ARGS run with `-c OPTION` while the table they read is locked: (exit code, stderr, seconds)."""
     tasks = tmp_path / "tasks.d"
     tasks.mkdir(exist_ok=True)
-    assert cli(capsys, dsn, tasks, "db", "init")[0] == 0
+    assert cli(dsn, tasks, "db", "init")[0] == 0
     table, _ = READS[args]
     with locked(dsn, table):
         start = time.monotonic()
-        code, _, err = cli(capsys, f"{dsn} options='-c {option}'", tasks, *args)
+        code, _, err = cli(f"{dsn} options='-c {option}'", tasks, *args)
         return code, err, time.monotonic() - start
 
 
 @pytest.mark.parametrize("args", sorted(READS))
-def test_a_read_past_statement_timeout_says_so_in_one_line(
-    args: tuple[str, ...], dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, err, took = run_locked(capsys, dsn, tmp_path, args, "statement_timeout=300ms")
+def test_a_read_past_statement_timeout_says_so_in_one_line(args: tuple[str, ...], dsn: str, tmp_path: Path) -> None:
+    code, err, took = run_locked(dsn, tmp_path, args, "statement_timeout=300ms")
     _, query = READS[args]
     assert code == 1
     assert err.strip().splitlines() == [
@@ -67,10 +63,8 @@ def test_a_read_past_statement_timeout_says_so_in_one_line(
 
 
 @pytest.mark.parametrize("args", sorted(READS))
-def test_a_read_behind_a_lock_gives_up_after_lock_timeout(
-    args: tuple[str, ...], dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, err, took = run_locked(capsys, dsn, tmp_path, args, "lock_timeout=300ms")
+def test_a_read_behind_a_lock_gives_up_after_lock_timeout(args: tuple[str, ...], dsn: str, tmp_path: Path) -> None:
+    code, err, took = run_locked(dsn, tmp_path, args, "lock_timeout=300ms")
     table, _ = READS[args]
     assert code == 1
     [line] = err.strip().splitlines()

@@ -18,17 +18,12 @@ import pytest
 from reconciler.cli.parser import build_parser
 from reconciler.files.tasks import validate_data
 from reconciler.spec.jsonschema import KINDS
+from tests.builders import run_reconciler
 
 ROOT = Path(__file__).parent.parent.parent
 TASK_SCHEMA = ROOT / "schema" / "task.schema.json"
 CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 EXAMPLES = sorted((ROOT / "tasks.d").rglob("*.toml"))
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reconciler", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
 
 
 def as_json(data: dict[str, Any], path: Path) -> Path:
@@ -59,7 +54,7 @@ def example(name: str = "billing/invoices") -> dict[str, Any]:
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_committed_schema_is_what_reconciler_schema_prints(kind: str) -> None:
-    done = run("schema", "--kind", kind)
+    done = run_reconciler("schema", "--kind", kind, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     command = "reconciler schema" + ("" if kind == "task" else f" --kind {kind}")
     committed = ROOT / "schema" / f"{kind}.schema.json"
@@ -159,7 +154,7 @@ def test_unknown_kind_and_wrong_type_fail_check_jsonschema(tmp_path: Path) -> No
 
 
 def test_unknown_schema_kind_is_a_usage_error() -> None:
-    done = run("schema", "--kind", "alert")
+    done = run_reconciler("schema", "--kind", "alert", cwd=ROOT)
     assert done.returncode == 1 and "invalid choice" in done.stderr and "Traceback" not in done.stderr
 
 

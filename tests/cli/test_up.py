@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.builders import interval_trigger, reconciler_argv, task_text
 from tests.helpers import Output, wait_until
 from tests.httpserver import serving
 from tests.pgcontrol import needs_pgserver, stop_embedded
 
 
 def task_file(url: str, path: str) -> str:
-    return f'[trigger]\nkind = "interval"\nevery = "2s"\n[target]\nurl = "{url}{path}"\n'
+    return task_text(trigger=interval_trigger("2s"), url=f"{url}{path}")
 
 
 @needs_pgserver
@@ -25,7 +25,7 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
     with serving() as (url, rec):
         (tasks / "ping.toml").write_text(task_file(url, "/v1"))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler", "up", "--max-sleep", "1"],
+            reconciler_argv("up", "--max-sleep", "1"),
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,
@@ -67,7 +67,7 @@ def test_ctrl_c_says_what_it_drains_and_a_second_one_stops_at_once(tmp_path: Pat
             f'[trigger]\nkind = "interval"\nevery = "2s"\n[target]\nurl = "{url}/slow"\ntimeout_seconds = 600\n'
         )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler", "up", "--max-sleep", "1", "--drain-seconds", "600"],
+            reconciler_argv("up", "--max-sleep", "1", "--drain-seconds", "600"),
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,

@@ -9,8 +9,7 @@ import pytest
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.targets.http import Firer
-from reconciler.web.metrics import serve_metrics
-from tests.integration.engine_support import SECRET, free_addr
+from tests.integration.engine_support import SECRET, metrics_endpoint
 
 
 @pytest.fixture
@@ -25,7 +24,6 @@ async def engine(store: Store) -> AsyncIterator[Engine]:
 @pytest.fixture
 async def metrics_url(store: Store, engine: Engine) -> AsyncIterator[str]:
     """The engine's /metrics endpoint (`engine --metrics-addr`), served in this process."""
-    addr = free_addr()
-    server = await serve_metrics(addr, engine, store)
-    yield f"http://{addr}"
+    server, url = await metrics_endpoint(engine, store)
+    yield url
     server.close()

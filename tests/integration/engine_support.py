@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import socket
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.db.store import Store
+from reconciler.engine.loop import Engine
 from reconciler.files.tasks import load_dir
 from reconciler.reconcile.apply import apply_tasks
+from reconciler.web.metrics import Endpoint, serve_metrics
+from tests.builders import write_tasks
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SECRET = "s3cr3t-value-never-stored-7f3a"
 
 
 async def setup(store: Store, root: Path, files: dict[str, str], now: datetime = NOW) -> None:
-    for name, text in files.items():
-        (root / f"{name}.toml").parent.mkdir(parents=True, exist_ok=True)
-        (root / f"{name}.toml").write_text(text)
-    loaded = load_dir(root, "tasks.d")
+    loaded = load_dir(write_tasks(root, files), "tasks.d")
     assert loaded.errors == [], loaded.errors
     await apply_tasks(store, loaded.tasks, "default", now)
-
-
-def cron(url: str, expr: str = "*/5 * * * *", policy: str = "", target: str = "", top: str = "") -> str:
-    return f'{top}\n[trigger]\nkind = "cron"\nexpr = "{expr}"\n[target]\nurl = "{url}"\n{target}\n[policy]\n{policy}\n'
 
 
 def runs(dsn: str, task_id: str | None = None) -> list[dict[str, object]]:
@@ -48,10 +45,12 @@ def next_run(dsn: str, task_id: str) -> datetime | None:
     return value
 
 
-def free_addr() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
+async def metrics_endpoint(engine: Engine, store: Store, **options: Any) -> tuple[Endpoint, str]:
+    """`serve_metrics` on a port the kernel picks (127.0.0.1:0), read back from the bound socket:
+    (the endpoint, its base URL). No port is probed, closed and reused, so none can be taken meanwhile."""
+    served = await serve_metrics("127.0.0.1:0", engine, store, **options)
+    host, port = served.server.sockets[0].getsockname()[:2]
+    return served, f"http://{host}:{port}"
 
 
 async def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -64,3 +63,15 @@ async def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         for sample in family.samples:
             found.setdefault(sample.name, []).append((sample.labels, sample.value))
     return found
+
+
+class RecordingSleep:
+    """A Firer's `sleep` that records each back-off or jitter wait and returns at once (a loop turn):
+    a retry test checks the waits asked for without waiting them out."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await asyncio.sleep(0)

@@ -18,9 +18,10 @@ from reconciler.clock import FixedClock
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine
 from reconciler.web.metrics import EngineMetrics
+from tests.builders import cron
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, scrape, setup
+from tests.integration.engine_support import NOW, scrape, setup
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 RULES = DEPLOY / "prometheus" / "alerts.yml"

@@ -17,10 +17,10 @@ import pytest
 from reconciler.db.store import Store
 from reconciler.files.tasks import load_dir
 from reconciler.reconcile.apply import apply_tasks
-from tests.engines import soon, start_engines, stop, wait_registered
+from tests.builders import listening_addr, soon, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import free_addr, scrape
+from tests.integration.engine_support import scrape
 
 FAKETIME = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
 pytestmark = pytest.mark.skipif(not FAKETIME, reason="libfaketime is not installed (apt-get install faketime)")
@@ -44,18 +44,18 @@ async def test_engines_whose_clocks_disagree_by_minutes_follow_the_database_cloc
 ) -> None:
     url, rec = http
     rec.script("/slow", delay=3.0)
-    metrics = free_addr()
     logs = tmp_path / "logs"
     logs.mkdir()
     engines = [
         *start_engines(dsn, ["on-time"], logs),
-        *start_engines(dsn, ["fast"], logs, "--metrics-addr", metrics, env=skewed(120)),
+        *start_engines(dsn, ["fast"], logs, "--metrics-addr", "127.0.0.1:0", env=skewed(120)),
         *start_engines(dsn, ["slow"], logs, env=skewed(-40)),
     ]
     tasks = tmp_path / "tasks.d"
     tasks.mkdir()
     try:
         registered = wait_registered(dsn, engines)
+        metrics = listening_addr(engines[1])  # the port the fast engine's kernel chose: bound, never reused
         policy = f"[policy]\nmisfire_grace_seconds = {GRACE}\n"
         for i in range(6):  # every 2 s: a 120 s fast engine would fire each one up to two minutes early
             (tasks / f"every-{i}.toml").write_text(

@@ -23,12 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.db.store import Store
-from reconciler.files import digests as loader
+from reconciler.files import tasks as loader
 from reconciler.files.tasks import LoadResult, load_dir
 from reconciler.output.planview import plan_json, plan_markdown, plan_text
 from reconciler.reconcile import apply
 from reconciler.reconcile.apply import PlanRefused, apply_tasks, load_files, read_plan
 from reconciler.reconcile.plan import Plan
+from tests.builders import cron_trigger, task_text, write_tasks
 from tests.conftest import SuiteServer, with_db
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -37,7 +38,7 @@ TARGET = '\n[target]\nurl = "http://127.0.0.1:9/hook"\njson = { n = 1 }\n'
 
 
 def cron(expr: str = "0 * * * *", head: str = "") -> str:
-    return f'{head}timezone = "Europe/Berlin"\n[trigger]\nkind = "cron"\nexpr = "{expr}"\n{TARGET}'
+    return task_text(head + 'timezone = "Europe/Berlin"', trigger=cron_trigger(expr), target="json = { n = 1 }")
 
 
 FILES = {
@@ -51,15 +52,6 @@ FILES = {
     "d": f'enabled = false\n[trigger]\nkind = "once"\nat = 2026-06-01T00:00:00\n{TARGET}',
 }
 ALL = set(FILES)
-
-
-def write(root: Path, task_id: str, text: str | bytes) -> None:
-    path = root / f"{task_id}.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text)
 
 
 def remove(root: Path, task_id: str) -> None:
@@ -116,29 +108,29 @@ async def nothing(world: World) -> None:
 
 
 async def create(world: World) -> None:
-    write(world.root, "e", cron("5 4 * * *"))
+    write_tasks(world.root, {"e": cron("5 4 * * *")})
 
 
 async def update(world: World) -> None:
-    write(world.root, "a", cron("30 * * * *"))
+    write_tasks(world.root, {"a": cron("30 * * * *")})
 
 
 async def change_and_back(world: World) -> None:
-    write(world.root, "a", cron("30 * * * *"))
+    write_tasks(world.root, {"a": cron("30 * * * *")})
     await same_plan(world.store, world.root)
-    write(world.root, "a", FILES["a"])
+    write_tasks(world.root, {"a": FILES["a"]})
 
 
 async def change_apply_and_back(world: World) -> None:
-    write(world.root, "a", cron("30 * * * *"))
+    write_tasks(world.root, {"a": cron("30 * * * *")})
     await apply_files(world.store, world.root)
-    write(world.root, "a", FILES["a"])
+    write_tasks(world.root, {"a": FILES["a"]})
 
 
 async def move(world: World) -> None:
     remove(world.root, "b")
     # A byte order mark before moved_from: its line is 1 in every error that names it.
-    write(world.root, "team/b2", '\ufeffmoved_from = "b"\n' + FILES["b"])
+    write_tasks(world.root, {"team/b2": '\ufeffmoved_from = "b"\n' + FILES["b"]})
 
 
 async def move_applied(world: World) -> None:
@@ -148,7 +140,7 @@ async def move_applied(world: World) -> None:
 
 async def old_id_again(world: World) -> None:
     await move_applied(world)
-    write(world.root, "b", FILES["b"])  # team/b2, unchanged, now names an existing file
+    write_tasks(world.root, {"b": FILES["b"]})  # team/b2, unchanged, now names an existing file
 
 
 async def delete(world: World) -> None:
@@ -156,20 +148,20 @@ async def delete(world: World) -> None:
 
 
 async def two_moves_from_one(world: World) -> None:
-    write(world.root, "x", cron(head='moved_from = "gone"\n'))
-    write(world.root, "y", cron(head='moved_from = "gone"\n'))
+    write_tasks(world.root, {"x": cron(head='moved_from = "gone"\n')})
+    write_tasks(world.root, {"y": cron(head='moved_from = "gone"\n')})
 
 
 async def moved_from_an_unchanged_file(world: World) -> None:
-    write(world.root, "x", cron(head='moved_from = "a"\n'))
+    write_tasks(world.root, {"x": cron(head='moved_from = "a"\n')})
 
 
 async def invalid(world: World) -> None:
-    write(world.root, "a", cron("61 * * * *"))
+    write_tasks(world.root, {"a": cron("61 * * * *")})
 
 
 async def not_utf8(world: World) -> None:
-    write(world.root, "a", b"\xff\xfe" + FILES["a"].encode("utf-16-le"))
+    write_tasks(world.root, {"a": b"\xff\xfe" + FILES["a"].encode("utf-16-le")})
 
 
 async def a_directory(world: World) -> None:
@@ -207,7 +199,7 @@ async def old_schema(world: World) -> None:
 
 
 async def same_bytes_other_id(world: World) -> None:
-    write(world.root, "z", FILES["a"])
+    write_tasks(world.root, {"z": FILES["a"]})
 
 
 @dataclass(frozen=True)
@@ -260,7 +252,7 @@ async def test_digest_path_plans_as_a_full_parse(
 ) -> None:
     root = tmp_path / "tasks.d"
     for task_id, text in FILES.items():
-        write(root, task_id, text)
+        write_tasks(root, {task_id: text})
     assert await apply_files(store, root) == len(FILES)
     world = World(root, dsn, store, monkeypatch)
     await scenario.change(world)
@@ -285,7 +277,7 @@ def versions(dsn: str) -> dict[str, str]:
 async def applied_by_an_older_reconciler(store: Store, dsn: str, root: Path) -> None:
     """FILES applied, then their rows stripped of file_digest, as an older reconciler left them."""
     for task_id, text in FILES.items():
-        write(root, task_id, text)
+        write_tasks(root, {task_id: text})
     await apply_files(store, root)
     sql(dsn, "UPDATE scheduler.tasks SET file_digest = NULL")
 
@@ -302,7 +294,7 @@ async def test_noop_apply_does_not_seal_rows(store: Store, dsn: str, tmp_path: P
 async def test_writing_apply_seals_the_unchanged_rows(store: Store, dsn: str, tmp_path: Path) -> None:
     root = tmp_path / "tasks.d"
     await applied_by_an_older_reconciler(store, dsn, root)
-    write(root, "a", cron("30 * * * *"))
+    write_tasks(root, {"a": cron("30 * * * *")})
     assert await apply_files(store, root) == 1
     assert standing(await same_plan(store, root)) == ALL
 
@@ -330,8 +322,8 @@ async def test_copy_apply_writes_the_rows_batched_inserts_write(
     root = tmp_path / "tasks.d"
     count = apply.COPY_CREATES + 10
     for index in range(count):
-        write(root, f"t/{index:03d}", cron(f"{index % 60} * * * *") if index % 2 else FILES["team/c"])
-    write(root, "d", FILES["d"])  # disabled: next_run_at NULL
+        write_tasks(root, {f"t/{index:03d}": cron(f"{index % 60} * * * *") if index % 2 else FILES["team/c"]})
+    write_tasks(root, {"d": FILES["d"]})  # disabled: next_run_at NULL
     assert await apply_files(store, root) == count + 1
     monkeypatch.setattr(apply, "COPY_CREATES", 10**9)
     async with twin(test_server) as (batched, batched_dsn):
@@ -371,14 +363,14 @@ async def play(dsn: str, ops: list[Op]) -> None:
             for kind, task_id, variant in ops:
                 path = root / f"{task_id}.toml"
                 if kind == "write":
-                    write(root, task_id, VARIANTS[variant])
+                    write_tasks(root, {task_id: VARIANTS[variant]})
                 elif kind == "delete" and path.exists():
                     path.unlink()
                 elif kind == "move" and path.exists():
                     path.unlink()
-                    write(root, f"{task_id}-{variant}", f'moved_from = "{task_id}"\n' + VARIANTS[variant])
+                    write_tasks(root, {f"{task_id}-{variant}": f'moved_from = "{task_id}"\n' + VARIANTS[variant]})
                 elif kind == "garbage":
-                    write(root, task_id, "[trigger\n")
+                    write_tasks(root, {task_id: "[trigger\n"})
                 elif kind == "row":
                     sql(dsn, ROW_EDITS[variant].format(id=task_id))
                 elif kind == "apply":

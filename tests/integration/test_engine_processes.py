@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +11,7 @@ import psycopg
 from reconciler.db.store import Store
 from reconciler.files.tasks import load_dir
 from reconciler.reconcile.apply import apply_tasks
-from tests.engines import soon, start_engines, stop, wait_registered
+from tests.builders import run_reconciler, soon, start_engines, stop, wait_registered
 from tests.helpers import finished_runs, leases, wait_until
 from tests.httpserver import Recorder
 from tests.pgcontrol import PrivateServer, needs_pgserver
@@ -126,10 +124,9 @@ def test_an_engine_started_while_the_database_is_down_waits_and_then_fires(
         (tmp_path / "tasks.d" / "late.toml").write_text(
             f'[trigger]\nkind = "once"\nat = 2099-01-01T00:00:00Z\n[target]\nurl = "{url}/late"\n'
         )
-        cli = [sys.executable, "-m", "reconciler", "--dsn", server.dsn, "--tasks-dir", str(tmp_path / "tasks.d")]
         # A manual run fires at the engine's next claim, however long the apply took on a loaded machine.
         for command in (["apply"], ["trigger", "late"]):
-            subprocess.run([*cli, *command], check=True, capture_output=True, timeout=120)
+            run_reconciler("--dsn", server.dsn, "--tasks-dir", str(tmp_path / "tasks.d"), *command, ok=True)
         assert wait_until(lambda: finished_runs(server.dsn) >= 1, 60)
         [(code, output)] = stop([engine])
         assert code == 0, output[-2000:]

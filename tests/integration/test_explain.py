@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,17 +11,13 @@ from reconciler.engine.loop import Engine
 from reconciler.output.explain import TaskState, explain, occurrences_around
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import TaskSpec
+from tests.builders import cron, run_reconciler
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, setup
+from tests.integration.engine_support import NOW, setup
 
 
 def explain_cli(dsn: str, task_id: str, at: datetime) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reconciler", "--dsn", dsn, "explain", task_id, "--at", at.isoformat()],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_reconciler("--dsn", dsn, "explain", task_id, "--at", at.isoformat(), timeout=60)
 
 
 async def test_explain_shows_each_occurrence_and_why(

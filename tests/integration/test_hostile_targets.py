@@ -18,10 +18,11 @@ import pytest
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.targets.http import Firer
+from tests.builders import cron
 from tests.helpers import async_wait_until, leases
 from tests.hostile import Stats, hostile_serving
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, SECRET, cron, setup
+from tests.integration.engine_support import NOW, SECRET, setup
 
 DUE = NOW + timedelta(minutes=5, seconds=1)
 TOKEN = "bearer-token-0123456789"
@@ -138,9 +139,16 @@ async def test_retry_after_beyond_the_lease_fails_now_and_backoff_holds_no_slot(
     }
     await setup(store, tmp_path, files)
     engine = engine_with(store, concurrency=1)
+    waits: list[float] = []
+
+    async def until_the_bystander_is_sent(seconds: float) -> None:  # the backoff, ended by a condition, not time
+        waits.append(seconds)
+        assert await async_wait_until(lambda: rec.paths("/bystander"), 60), "the bystander was never sent"
+
+    engine.firer.sleep = until_the_bystander_is_sent
     first_claim = asyncio.create_task(engine.run_once(DUE))
     assert await async_wait_until(lambda: len(rec.paths("/flaky")) == 1, 30)
-    await engine.run_once(DUE + timedelta(minutes=1))  # while "flaky" waits out its 2 s backoff
+    await engine.run_once(DUE + timedelta(minutes=1))  # while "flaky" waits out its backoff
     await first_claim
     await engine.firer.close()
     found = results(dsn)
@@ -148,6 +156,7 @@ async def test_retry_after_beyond_the_lease_fails_now_and_backoff_holds_no_slot(
     assert (later["status"], later["attempt"], stats.requests["/retry-after"]) == ("failed", 1, 1)
     assert later["error"] == "HTTP 503; not retried: waiting 3600 s would outlive the run's lease"
     assert found["flaky"]["status"] == "succeeded" and found["bystander"]["status"] == "succeeded"
+    assert waits == [2.0]  # flaky's one backoff; "later" was never retried
     # With one slot, the bystander was sent while "flaky" waited for its retry.
     [_, second] = rec.paths("/flaky")
     [bystander] = rec.paths("/bystander")

@@ -17,10 +17,11 @@ from reconciler.clock import FixedClock
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.targets.http import Firer
-from reconciler.web.metrics import OUTBOX_GAUGES, EngineMetrics, serve_metrics
+from reconciler.web.metrics import OUTBOX_GAUGES, EngineMetrics
+from tests.builders import cron
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, free_addr, scrape, setup
+from tests.integration.engine_support import NOW, metrics_endpoint, scrape, setup
 from tests.pgcontrol import PrivateServer, needs_pgserver
 
 
@@ -173,15 +174,14 @@ async def test_a_database_without_the_outbox_still_serves_the_other_gauges(
     caplog.set_level(logging.DEBUG, logger="reconciler.metrics")
     with psycopg.connect(dsn) as conn:  # as made by a reconciler from before notifications
         conn.execute("DROP TABLE scheduler.notifications")
-    addr = free_addr()
-    endpoint = await serve_metrics(addr, engine, store)
+    endpoint, url = await metrics_endpoint(engine, store)
     try:
 
         def outbox_read_failed() -> bool:  # the outbox is read last: the other gauges were read first
             return "gauges not refreshed: UndefinedTable" in caplog.messages
 
         assert await async_wait_until(outbox_read_failed, 60, step=0.05)
-        found = await scrape(f"http://{addr}")
+        found = await scrape(url)
         assert found["reconciler_task_health_age_seconds"][0][1] < 60
         assert found["reconciler_due_backlog"] == [({}, 0.0)]
         assert all(math.isnan(found[name][0][1]) for name, _, _ in OUTBOX_GAUGES)
@@ -192,14 +192,13 @@ async def test_a_database_without_the_outbox_still_serves_the_other_gauges(
 @needs_pgserver
 async def test_healthz_follows_the_database(tmp_path: Path) -> None:
     server = PrivateServer(tmp_path / "pg")
-    addr = free_addr()
     try:
         async with Store(server.dsn, timeout=2) as store:
             await store.init_schema()
             firer = Firer(concurrency=5)
             engine = Engine(store, EngineConfig("health"), firer)
-            endpoint = await serve_metrics(addr, engine, store)
-            async with httpx.AsyncClient(base_url=f"http://{addr}", timeout=15) as client:
+            endpoint, url = await metrics_endpoint(engine, store)
+            async with httpx.AsyncClient(base_url=url, timeout=15) as client:
                 assert (await client.get("/healthz")).status_code == 200
                 assert (await client.get("/readyz")).status_code == 503  # no claim yet
                 await engine.run_once(NOW)

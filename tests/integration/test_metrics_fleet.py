@@ -20,10 +20,11 @@ from reconciler import __version__
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.targets.http import Firer
-from reconciler.web.metrics import OTHER_TASKS, OUTBOX_GAUGES, Endpoint, serve_metrics
+from reconciler.web.metrics import OTHER_TASKS, OUTBOX_GAUGES, Endpoint
+from tests.builders import cron
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, free_addr, scrape, setup
+from tests.integration.engine_support import NOW, metrics_endpoint, scrape, setup
 
 FAST = 0.2  # refresh seconds in these tests: deletions and takeovers show within a second or two
 PER_TASK = (
@@ -37,10 +38,9 @@ FLEET_WIDE = (*PER_TASK, "reconciler_engine_last_seen_timestamp_seconds", "recon
 
 @contextlib.asynccontextmanager
 async def endpoint(engine: Engine, store: Store, **options: object) -> AsyncIterator[tuple[Endpoint, str]]:
-    addr = free_addr()
-    served = await serve_metrics(addr, engine, store, refresh_seconds=FAST, **options)  # type: ignore[arg-type]
+    served, url = await metrics_endpoint(engine, store, refresh_seconds=FAST, **options)
     try:
-        yield served, f"http://{addr}"
+        yield served, url
     finally:
         served.close()
 

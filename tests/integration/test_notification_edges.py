@@ -12,10 +12,11 @@ import psycopg
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.notify.events import late_scan
+from tests.builders import write_tasks
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW
-from tests.integration.test_notifications import apply_dirs, outbox, webhook, write
+from tests.integration.test_notifications import apply_dirs, outbox, webhook
 
 TASK = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n'
 
@@ -35,12 +36,12 @@ async def test_a_hung_notifier_holds_back_no_other_and_is_released_at_stop(
     url, rec = http
     rec.script("/t", statuses=[500])
     rec.script("/hang", delay=120)  # answers after the notifier's 60 s timeout: never, for this test
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/hang.toml": webhook(f"{url}/hang") + "timeout_seconds = 60\n",
-            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
-            "tasks.d/job.toml": TASK.format(url=url) + '[notify]\nfailure = ["hang", "oncall"]\n',
+            "notifiers.d/hang": webhook(f"{url}/hang") + "timeout_seconds = 60\n",
+            "notifiers.d/oncall": webhook(f"{url}/hook"),
+            "tasks.d/job": TASK.format(url=url) + '[notify]\nfailure = ["hang", "oncall"]\n',
         },
     )
     now = datetime.now(UTC)
@@ -79,13 +80,13 @@ async def test_a_redirect_and_a_deleted_notifier_are_final_at_once_with_the_fix(
     rec.script("/old", statuses=[301], headers={"Location": "/new?token=SECRETTOKEN"})
     rec.script("/slack/T0/B0/SLACKSECRET", statuses=[302], headers={"Location": "?moved=1"})
     subscribed = TASK.format(url=url) + '[notify]\nfailure = ["moved", "dropped", "chat"]\n'
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
-            "notifiers.d/moved.toml": webhook(f"{url}/old"),
-            "notifiers.d/dropped.toml": webhook(f"{url}/dropped"),
-            "tasks.d/job.toml": subscribed,
+            "notifiers.d/chat": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
+            "notifiers.d/moved": webhook(f"{url}/old"),
+            "notifiers.d/dropped": webhook(f"{url}/dropped"),
+            "tasks.d/job": subscribed,
         },
     )
     await apply_dirs(store, tmp_path, NOW)
@@ -95,7 +96,7 @@ async def test_a_redirect_and_a_deleted_notifier_are_final_at_once_with_the_fix(
         await engine.run_once(NOW + timedelta(seconds=61))
         # The event is pending when its notifier goes, with the task's subscription to it.
         (tmp_path / "notifiers.d/dropped.toml").unlink()
-        write(tmp_path, {"tasks.d/job.toml": subscribed.replace(', "dropped"', "")})
+        write_tasks(tmp_path, {"tasks.d/job": subscribed.replace(', "dropped"', "")})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=62))
         assert await engine.deliverer.deliver_due(wait=True) == 2  # the apply ended dropped's
     finally:
@@ -126,12 +127,12 @@ async def test_deleting_a_notifier_ends_its_pending_events_in_the_same_apply(
     rec.script("/t", statuses=[500])
     rec.script("/busy", statuses=[503], headers={"Retry-After": "3600"})
     subscribed = TASK.format(url=url) + '[notify]\nfailure = ["busy", "oncall"]\n'
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/busy.toml": webhook(f"{url}/busy"),
-            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
-            "tasks.d/job.toml": subscribed,
+            "notifiers.d/busy": webhook(f"{url}/busy"),
+            "notifiers.d/oncall": webhook(f"{url}/hook"),
+            "tasks.d/job": subscribed,
         },
     )
     now = datetime.now(UTC)
@@ -150,7 +151,7 @@ async def test_deleting_a_notifier_ends_its_pending_events_in_the_same_apply(
         ).fetchone()
     assert waiting == {"status": "pending", "later": True}
     (tmp_path / "notifiers.d/busy.toml").unlink()
-    write(tmp_path, {"tasks.d/job.toml": subscribed.replace('"busy", ', "")})
+    write_tasks(tmp_path, {"tasks.d/job": subscribed.replace('"busy", ', "")})
     await apply_dirs(store, tmp_path, now)
     rows = {str(r["notifier"]): r for r in outbox(dsn)}
     assert rows["busy"]["status"] == "failed" and rows["oncall"]["status"] == "delivered"
@@ -166,13 +167,13 @@ async def test_a_task_whose_failure_subscribers_change_starts_its_state_afresh(
     url, rec = http
     rec.script("/t", statuses=[500, 500, 200])
     task = TASK.format(url=url)
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
-            "notifiers.d/pager.toml": webhook(f"{url}/pager"),
-            "tasks.d/job.toml": task + '[notify]\nfailure = ["oncall"]\nrecovery = ["oncall"]\n',
-            "tasks.d/other.toml": task.replace("seconds = 60", "seconds = 3600"),
+            "notifiers.d/oncall": webhook(f"{url}/hook"),
+            "notifiers.d/pager": webhook(f"{url}/pager"),
+            "tasks.d/job": task + '[notify]\nfailure = ["oncall"]\nrecovery = ["oncall"]\n',
+            "tasks.d/other": task.replace("seconds = 60", "seconds = 3600"),
         },
     )
     await apply_dirs(store, tmp_path, NOW)
@@ -182,19 +183,19 @@ async def test_a_task_whose_failure_subscribers_change_starts_its_state_afresh(
         assert state(dsn) == {"job": True} and events(dsn) == [("oncall", "failure")]
         # An edit that leaves the failure subscribers alone keeps the state: no second failure.
         late = '[notify]\nfailure = ["oncall"]\nrecovery = ["oncall"]\nlate = ["pager"]\n'
-        write(tmp_path, {"tasks.d/job.toml": task + late})
+        write_tasks(tmp_path, {"tasks.d/job": task + late})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=62))
         assert state(dsn) == {"job": True}
         # The same subscribers in another order (or named twice) are the same: still failing, no page.
-        write(tmp_path, {"tasks.d/job.toml": task + late.replace('"oncall"]', '"oncall", "oncall"]')})
+        write_tasks(tmp_path, {"tasks.d/job": task + late.replace('"oncall"]', '"oncall", "oncall"]')})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=62))
         assert state(dsn) == {"job": True}
         # Unsubscribed while failing, then subscribed again: pager heard of no failure, so the
         # success that follows is no `recovery`; the failure in between is a `failure` for it.
-        write(tmp_path, {"tasks.d/job.toml": task})
+        write_tasks(tmp_path, {"tasks.d/job": task})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=63))
         assert state(dsn) == {}
-        write(tmp_path, {"tasks.d/job.toml": task + '[notify]\nfailure = ["pager"]\nrecovery = ["pager"]\n'})
+        write_tasks(tmp_path, {"tasks.d/job": task + '[notify]\nfailure = ["pager"]\nrecovery = ["pager"]\n'})
         await apply_dirs(store, tmp_path, NOW + timedelta(seconds=64))
         await engine.run_once(NOW + timedelta(seconds=121))  # fails: a failure for pager
         await engine.run_once(NOW + timedelta(seconds=181))  # succeeds: its recovery
@@ -213,12 +214,12 @@ async def test_late_waits_at_least_a_minute_when_the_misfire_grace_is_zero(
 ) -> None:
     task = TASK.format(url="http://127.0.0.1:9")
     grace0 = "[policy]\nmisfire_grace_seconds = 0\n[notify]\nlate = ['oncall']\n"
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/oncall.toml": webhook("http://127.0.0.1:9/hook"),
-            "tasks.d/claimed.toml": task + grace0,
-            "tasks.d/scanned.toml": task + grace0,
+            "notifiers.d/oncall": webhook("http://127.0.0.1:9/hook"),
+            "tasks.d/claimed": task + grace0,
+            "tasks.d/scanned": task + grace0,
         },
     )
     await apply_dirs(store, tmp_path, NOW)
@@ -242,12 +243,12 @@ async def test_one_notifier_never_takes_more_than_its_share_of_an_engines_slots(
 
     url, rec = http
     rec.script("/hang", delay=120)  # past the notifier's timeout: cut off by the stop
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/hang.toml": webhook(f"{url}/hang") + "timeout_seconds = 60\n",
-            "notifiers.d/ok.toml": webhook(f"{url}/ok"),
-            "tasks.d/job.toml": TASK.format(url=url) + '[notify]\nfailure = ["hang", "ok"]\n',
+            "notifiers.d/hang": webhook(f"{url}/hang") + "timeout_seconds = 60\n",
+            "notifiers.d/ok": webhook(f"{url}/ok"),
+            "tasks.d/job": TASK.format(url=url) + '[notify]\nfailure = ["hang", "ok"]\n',
         },
     )
     await apply_dirs(store, tmp_path, NOW)

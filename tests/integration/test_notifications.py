@@ -4,9 +4,6 @@ caused them, delivery with retries and one Idempotency-Key per event, late occur
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,16 +17,10 @@ from reconciler.files.tasks import load_dir
 from reconciler.notify.events import late_scan
 from reconciler.output.planview import plan_dict, plan_text
 from reconciler.reconcile.apply import apply_tasks, read_plan
-from tests.engines import run_cli, start_engines, stop, wait_registered
+from tests.builders import run_reconciler, start_engines, stop, wait_registered, write_tasks
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
 
 
 async def apply_dirs(store: Store, root: Path, now: datetime) -> int:
@@ -58,12 +49,12 @@ async def test_fail_fail_succeed_across_three_engines_notifies_one_failure_and_o
     url, rec = http
     rec.script("/target", statuses=[500, 500, 200])
     rec.script("/flaky", statuses=[500, 500, 200])
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
-            "notifiers.d/flaky.toml": webhook(f"{url}/flaky"),
-            "tasks.d/job.toml": f'[trigger]\nkind = "interval"\nseconds = 1\n[target]\nurl = "{url}/target"\n'
+            "notifiers.d/oncall": webhook(f"{url}/hook"),
+            "notifiers.d/flaky": webhook(f"{url}/flaky"),
+            "tasks.d/job": f'[trigger]\nkind = "interval"\nseconds = 1\n[target]\nurl = "{url}/target"\n'
             '[notify]\nfailure = ["oncall", "flaky"]\nrecovery = ["oncall"]\n',
         },
     )
@@ -102,12 +93,12 @@ async def test_an_occurrence_no_engine_claimed_raises_late_once(
 ) -> None:
     url, rec = http
     late = '[notify]\nlate = ["oncall"]\nlate_after_seconds = 30\n'
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
-            "tasks.d/claimed.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{late}',
-            "tasks.d/scanned.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{late}',
+            "notifiers.d/oncall": webhook(f"{url}/hook"),
+            "tasks.d/claimed": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{late}',
+            "tasks.d/scanned": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{late}',
         },
     )
     await apply_dirs(store, tmp_path, NOW)
@@ -136,12 +127,12 @@ async def test_notifiers_are_planned_applied_and_checked_against_subscriptions(
     store: Store, dsn: str, tmp_path: Path
 ) -> None:
     task = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://api.example.com/x"\n'
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/oncall.toml": webhook("https://hooks.example.com/a"),
-            "notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
-            "tasks.d/job.toml": task + '[notify]\nfailure = ["oncall", "chat"]\n',
+            "notifiers.d/oncall": webhook("https://hooks.example.com/a"),
+            "notifiers.d/chat": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
+            "tasks.d/job": task + '[notify]\nfailure = ["oncall", "chat"]\n',
         },
     )
     loaded = load_dir(tmp_path / "tasks.d", "tasks.d")
@@ -166,26 +157,21 @@ async def test_notifiers_are_planned_applied_and_checked_against_subscriptions(
 
 def test_the_cli_reads_notifiers_beside_the_tasks_and_applies_them(dsn: str, tmp_path: Path) -> None:
     task = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "https://api.example.com/x"\n'
-    write(tmp_path, {"tasks.d/job.toml": task + '[notify]\nfailure = ["oncall"]\n'})
+    write_tasks(tmp_path, {"tasks.d/job": task + '[notify]\nfailure = ["oncall"]\n'})
     tasks = str(tmp_path / "tasks.d")
-    refused = subprocess.run(
-        [sys.executable, "-m", "reconciler", "--tasks-dir", tasks, "validate"], capture_output=True, text=True
-    )
+    refused = run_reconciler("--tasks-dir", tasks, "validate")
     assert refused.returncode == 1
     assert "job.toml:7: notify.failure: no notifier 'oncall' in " in refused.stderr
-    write(tmp_path, {"notifiers.d/oncall.toml": webhook("https://hooks.example.com/a")})
-    assert "1 task file(s)" in run_cli(dsn, "--tasks-dir", tasks, "validate")
-    planned = run_cli(dsn, "--tasks-dir", tasks, "plan")
+    write_tasks(tmp_path, {"notifiers.d/oncall": webhook("https://hooks.example.com/a")})
+    assert "1 task file(s)" in run_reconciler("--tasks-dir", tasks, "validate", dsn=dsn, ok=True).stdout
+    planned = run_reconciler("--tasks-dir", tasks, "plan", dsn=dsn, ok=True).stdout
     assert "+ notifier oncall" in planned and "webhook POST https://hooks.example.com/a" in planned
-    assert "Apply complete: 2 change(s) written." in run_cli(dsn, "--tasks-dir", tasks, "apply")
-    assert "No changes." in run_cli(dsn, "--tasks-dir", tasks, "plan")
-    write(tmp_path, {"notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "RECONCILER_DSN" }\n'})
-    checked = subprocess.run(
-        [sys.executable, "-m", "reconciler", "--tasks-dir", tasks, "validate", "--env-policy", "--check-env"],
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "RECONCILER_DSN"},
+    assert (
+        "Apply complete: 2 change(s) written." in run_reconciler("--tasks-dir", tasks, "apply", dsn=dsn, ok=True).stdout
     )
+    assert "No changes." in run_reconciler("--tasks-dir", tasks, "plan", dsn=dsn, ok=True).stdout
+    write_tasks(tmp_path, {"notifiers.d/chat": 'kind = "slack"\nurl = { env = "RECONCILER_DSN" }\n'})
+    checked = run_reconciler("--tasks-dir", tasks, "validate", "--env-policy", "--check-env")
     assert checked.returncode == 1
     assert "notifiers.d/chat.toml:2: url: environment variable RECONCILER_DSN is not allowed" in checked.stderr
     assert "notifiers.d/chat.toml:2: url: environment variable RECONCILER_DSN is not set" in checked.stderr
@@ -197,11 +183,11 @@ async def test_an_event_that_cannot_be_written_never_costs_a_run_its_result(
     url, rec = http
     rec.script("/t", statuses=[500])
     notify = '[notify]\nfailure = ["oncall"]\n'
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/oncall.toml": webhook(f"{url}/hook"),
-            "tasks.d/job.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{notify}',
+            "notifiers.d/oncall": webhook(f"{url}/hook"),
+            "tasks.d/job": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{notify}',
         },
     )
     await apply_dirs(store, tmp_path, NOW)
@@ -243,13 +229,13 @@ async def test_slack_gets_a_readable_message_from_its_secret_url_and_a_refusal_i
     rec.script("/t", statuses=[503])
     rec.script("/gone", statuses=[404])
     notify = '[notify]\nfailure = ["chat", "gone", "unset"]\n'
-    write(
+    write_tasks(
         tmp_path,
         {
-            "notifiers.d/chat.toml": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
-            "notifiers.d/gone.toml": webhook(f"{url}/gone"),
-            "notifiers.d/unset.toml": 'kind = "slack"\nurl = { env = "NOT_SET_ANYWHERE" }\n',
-            "tasks.d/job.toml": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{notify}',
+            "notifiers.d/chat": 'kind = "slack"\nurl = { env = "SLACK_URL" }\n',
+            "notifiers.d/gone": webhook(f"{url}/gone"),
+            "notifiers.d/unset": 'kind = "slack"\nurl = { env = "NOT_SET_ANYWHERE" }\n',
+            "tasks.d/job": f'[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "{url}/t"\n{notify}',
         },
     )
     await apply_dirs(store, tmp_path, NOW)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,10 +14,10 @@ import psycopg
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.targets.http import Firer
-from tests.engines import run_cli, start_engines, stop, wait_registered
+from tests.builders import cron, run_reconciler, start_engines, stop, wait_registered
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, runs, setup
+from tests.integration.engine_support import NOW, runs, setup
 from tests.pgcontrol import needs_pgserver
 
 
@@ -93,16 +92,15 @@ def test_trigger_wait_follows_the_run_and_exits_by_its_result(
     later = 'kind = "once"\nat = 2099-01-01T00:00:00Z'
     (tasks / "good.toml").write_text(f'[trigger]\n{later}\n[target]\nurl = "{url}/good"\n')
     (tasks / "bad.toml").write_text(f'[trigger]\n{later}\n[target]\nurl = "{url}/broken"\n')
-    run_cli(dsn, "--tasks-dir", str(tasks), "apply")
+    run_reconciler("--tasks-dir", str(tasks), "apply", dsn=dsn, ok=True)
     engines = start_engines(dsn, ["waiter"], tmp_path)
     try:
         wait_registered(dsn, engines)
-        env = {**os.environ, "RECONCILER_DSN": dsn}
-        command = [sys.executable, "-m", "reconciler", "--tasks-dir", str(tasks), "trigger", "--wait"]
-        bad = subprocess.run([*command, "bad"], env=env, capture_output=True, text=True, timeout=120)
+        command = ["--tasks-dir", str(tasks), "trigger", "--wait"]
+        bad = run_reconciler(*command, "bad", dsn=dsn)
         assert bad.returncode == 1, bad.stdout + bad.stderr
         assert "failed (HTTP 500" in bad.stdout and "response: upstream exploded" in bad.stdout
-        good = subprocess.run([*command, "good"], env=env, capture_output=True, text=True, timeout=120)
+        good = run_reconciler(*command, "good", dsn=dsn)
         assert good.returncode == 0, good.stdout + good.stderr
         assert "succeeded (HTTP 200" in good.stdout
     finally:
@@ -120,14 +118,11 @@ def test_cancel_only_a_queued_run(dsn: str, tmp_path: Path) -> None:
         '[trigger]\nkind = "cron"\nexpr = "@yearly"\n[target]\nurl = "http://127.0.0.1:9/x"\n'
     )
     base = ["--tasks-dir", str(tasks)]
-    run_cli(dsn, *base, "apply")
-    queued = run_cli(dsn, *base, "trigger", "x")
+    run_reconciler(*base, "apply", dsn=dsn, ok=True)
+    queued = run_reconciler(*base, "trigger", "x", dsn=dsn, ok=True).stdout
     run_id = queued.split()[3]
-    assert f"cancelled manual run {run_id} of x" in run_cli(dsn, *base, "cancel", run_id)
-    env = {**os.environ, "RECONCILER_DSN": dsn}
-    again = subprocess.run(
-        [sys.executable, "-m", "reconciler", *base, "cancel", run_id], env=env, capture_output=True, text=True
-    )
+    assert f"cancelled manual run {run_id} of x" in run_reconciler(*base, "cancel", run_id, dsn=dsn, ok=True).stdout
+    again = run_reconciler(*base, "cancel", run_id, dsn=dsn)
     assert again.returncode == 1 and again.stderr.startswith(f"error: run {run_id} is skipped, not queued")
     [row] = runs(dsn, "x")
     assert row["status"] == "skipped" and "cancelled" in str(row["error"])
@@ -143,8 +138,8 @@ def test_an_engine_scoped_to_a_source_never_fires_another_sources_task(
         (folder / f"{source}-every-second.toml").write_text(
             f'[trigger]\nkind = "interval"\nseconds = 1\n[target]\nurl = "{url}/{source}"\n'
         )
-        run_cli(dsn, "--source", source, "--tasks-dir", str(folder), "apply")
-    run_cli(dsn, "--tasks-dir", str(tmp_path / "b" / "tasks.d"), "trigger", "b-every-second")
+        run_reconciler("--source", source, "--tasks-dir", str(folder), "apply", dsn=dsn, ok=True)
+    run_reconciler("--tasks-dir", str(tmp_path / "b" / "tasks.d"), "trigger", "b-every-second", dsn=dsn, ok=True)
     engines = start_engines(dsn, ["scoped"], tmp_path, global_args=["--source", "a"])
     try:
         wait_registered(dsn, engines)
@@ -167,35 +162,31 @@ def test_the_embedded_database_belongs_to_the_project_wherever_the_command_runs(
         '[trigger]\nkind = "cron"\nexpr = "0 2 * * *"\n[target]\nurl = "http://127.0.0.1:9/i"\n'
     )
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
-
-    def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "reconciler", *args]
-        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
-
     try:
-        applied = run("apply", cwd=project)
+        applied = run_reconciler("apply", cwd=project, timeout=180)
         assert applied.returncode == 0, applied.stderr
-        status = run("status", cwd=billing)
+        status = run_reconciler("status", cwd=billing, timeout=180)
         assert status.returncode == 0, status.stderr
         assert "billing/invoices" in status.stdout
         assert f"embedded PostgreSQL in {project / '.reconciler' / 'pgdata'}" in status.stdout
         assert not (billing / ".reconciler").exists()
-        checked = run("validate", cwd=billing)  # the tasks directory is found above, as the database is
+        checked = run_reconciler("validate", cwd=billing)  # the tasks directory is found above, as the database is
         assert (checked.returncode, checked.stdout.strip()) == (0, "1 task file(s) in .. are valid"), checked.stderr
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
-        stray = run("status", cwd=elsewhere)  # no project here: an error, not a second, empty database
+        stray = run_reconciler(
+            "status", cwd=elsewhere, timeout=180
+        )  # no project here: an error, not a second, empty database
         assert stray.returncode == 1 and "no tasks directory 'tasks.d' here or above" in stray.stderr
         assert not (elsewhere / ".reconciler").exists()
         assert (project / ".reconciler" / ".gitignore").read_text().strip().endswith("*")
         shown = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True)
         assert ".reconciler" not in shown.stdout  # never shown as untracked
-        down = run("down", cwd=billing)
+        down = run_reconciler("down", cwd=billing, timeout=180)
         assert down.returncode == 0, down.stderr
         assert down.stdout.startswith(f"stopped the embedded PostgreSQL in {project / '.reconciler' / 'pgdata'}")
         assert not (project / ".reconciler" / "pgdata" / "postmaster.pid").exists()
-        assert run("down", cwd=project).stdout.startswith("no embedded PostgreSQL is running")
+        assert run_reconciler("down", cwd=project, timeout=180).stdout.startswith("no embedded PostgreSQL is running")
     finally:
         pidfile = project / ".reconciler" / "pgdata" / "postmaster.pid"
         if pidfile.exists():

@@ -14,26 +14,19 @@ import pytest
 from reconciler.db.store import QUERIES, Store
 from reconciler.files.tasks import Task, load_dir
 from reconciler.reconcile.apply import ApplyOptions, PlanRefused, apply_tasks, read_plan
+from tests.builders import cron_trigger, task_text, write_tasks
 from tests.helpers import async_wait_until
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 def task_file(expr: str = "0 * * * *", extra: str = "", zone: str = "UTC", enabled: bool = True) -> str:
-    return (
-        f'timezone = "{zone}"\nenabled = {str(enabled).lower()}\n{extra}\n[trigger]\nkind = "cron"\nexpr = "{expr}"\n'
-        '\n[target]\nurl = "http://127.0.0.1:9/hook"\n'
-    )
+    top = f'timezone = "{zone}"\nenabled = {str(enabled).lower()}\n{extra}'.rstrip("\n")
+    return task_text(top, trigger=cron_trigger(expr))
 
 
 def load(root: Path, files: dict[str, str]) -> list[Task]:
-    for path in root.rglob("*.toml"):
-        path.unlink()
-    for name, text in files.items():
-        target = root / f"{name}.toml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    result = load_dir(root, "tasks.d")
+    result = load_dir(write_tasks(root, files, replace=True), "tasks.d")
     assert result.errors == []
     return result.tasks
 
@@ -276,9 +269,7 @@ async def _hold_claim(dsn: str, due: datetime, advanced: datetime) -> psycopg.As
     return claim
 
 
-async def test_an_apply_keeps_the_next_run_an_engine_advanced_meanwhile(
-    store: Store, dsn: str, tmp_path: Path
-) -> None:
+async def test_an_apply_keeps_the_next_run_an_engine_advanced_meanwhile(store: Store, dsn: str, tmp_path: Path) -> None:
     """The plan reads the row, the claim commits its advance, then the apply writes: the advance stays."""
     await apply_tasks(store, load(tmp_path, {"a": task_file()}), "default", NOW)
     due = NOW + timedelta(hours=1)

@@ -17,33 +17,26 @@ from reconciler.db.store import Store
 from reconciler.files.tasks import load_dir
 from reconciler.output import planview
 from reconciler.reconcile.apply import apply_tasks, read_plan
+from tests.builders import write_tasks
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 NOW = datetime(2026, 10, 20, 8, 0, tzinfo=UTC)
 BASE = {
-    "billing/invoices.toml": 'timezone = "Europe/Berlin"\n[trigger]\nkind = "cron"\nexpr = "0 2 * * *"\n'
+    "billing/invoices": 'timezone = "Europe/Berlin"\n[trigger]\nkind = "cron"\nexpr = "0 2 * * *"\n'
     '[target]\nurl = "http://127.0.0.1:9/invoices"\n',
-    "ops/old-name.toml": '[trigger]\nkind = "interval"\nevery = "15m"\n[target]\nurl = "http://127.0.0.1:9/warm"\n',
-    "ops/retired.toml": '[trigger]\nkind = "once"\nat = 2027-01-01T00:00:00Z\n[target]\nurl = "http://127.0.0.1:9/r"\n',
-    "ops/steady.toml": '[trigger]\nkind = "cron"\nexpr = "@daily"\n[target]\nurl = "http://127.0.0.1:9/s"\n',
-    "ops/tampered.toml": '[trigger]\nkind = "cron"\nexpr = "@hourly"\n[target]\nurl = "http://127.0.0.1:9/t"\n',
+    "ops/old-name": '[trigger]\nkind = "interval"\nevery = "15m"\n[target]\nurl = "http://127.0.0.1:9/warm"\n',
+    "ops/retired": '[trigger]\nkind = "once"\nat = 2027-01-01T00:00:00Z\n[target]\nurl = "http://127.0.0.1:9/r"\n',
+    "ops/steady": '[trigger]\nkind = "cron"\nexpr = "@daily"\n[target]\nurl = "http://127.0.0.1:9/s"\n',
+    "ops/tampered": '[trigger]\nkind = "cron"\nexpr = "@hourly"\n[target]\nurl = "http://127.0.0.1:9/t"\n',
 }
 CHANGED = {
-    "billing/invoices.toml": BASE["billing/invoices.toml"].replace("0 2 * * *", "30 2 * * *"),
-    "ops/cache-warm.toml": 'moved_from = "ops/old-name"\n' + BASE["ops/old-name.toml"],
-    "ops/steady.toml": BASE["ops/steady.toml"],
-    "ops/tampered.toml": BASE["ops/tampered.toml"],
-    "reports/monthly.toml": 'timezone = "America/New_York"\n[trigger]\nkind = "calendar"\nunit = "months"\n'
+    "billing/invoices": BASE["billing/invoices"].replace("0 2 * * *", "30 2 * * *"),
+    "ops/cache-warm": 'moved_from = "ops/old-name"\n' + BASE["ops/old-name"],
+    "ops/steady": BASE["ops/steady"],
+    "ops/tampered": BASE["ops/tampered"],
+    "reports/monthly": 'timezone = "America/New_York"\n[trigger]\nkind = "calendar"\nunit = "months"\n'
     'at = "01:30"\nstart_at = 2026-01-31\n[target]\nurl = "http://127.0.0.1:9/m"\n',
 }
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for path in root.rglob("*.toml"):
-        path.unlink()
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
 
 
 @pytest.mark.parametrize(
@@ -51,14 +44,14 @@ def write(root: Path, files: dict[str, str]) -> None:
     [("plan.txt", planview.plan_text), ("plan.md", planview.plan_markdown), ("plan.json", planview.plan_json)],
 )
 async def test_plan_rendering_matches_golden(store: Store, dsn: str, tmp_path: Path, name: str, renderer) -> None:  # type: ignore[no-untyped-def]
-    write(tmp_path, BASE)
+    write_tasks(tmp_path, BASE, replace=True)
     await apply_tasks(store, load_dir(tmp_path, "tasks.d").tasks, "default", NOW)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "UPDATE scheduler.tasks SET spec = jsonb_set(spec, '{description}', '\"edited by hand\"') "
             "WHERE id = 'ops/tampered'"
         )
-    write(tmp_path, CHANGED)
+    write_tasks(tmp_path, CHANGED, replace=True)
     loaded = load_dir(tmp_path, "tasks.d")
     assert loaded.errors == []
     plan = await read_plan(store, loaded.tasks, "default", NOW)

@@ -16,14 +16,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reconciler.cli.parser import main
 from reconciler.clock import utcnow
 from reconciler.db.grants import grants_sql
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine, EngineConfig
 from reconciler.targets.http import Firer
+from tests.builders import cli, cron
 from tests.httpserver import Recorder
-from tests.integration.engine_support import NOW, cron, runs, setup
+from tests.integration.engine_support import NOW, runs, setup
 
 
 class Roles:
@@ -71,14 +71,6 @@ def roles(dsn: str) -> Iterator[Roles]:
         made.drop()
 
 
-def cli(capsys: pytest.CaptureFixture[str], role_dsn: str, tasks: Path, *args: str) -> tuple[int, str, str]:
-    """`reconciler --dsn ROLE --tasks-dir TASKS ARGS…` in-process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = main(["--dsn", role_dsn, "--tasks-dir", str(tasks), *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def one_error_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -95,58 +87,54 @@ def tasks(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def initialized(dsn: str, tasks: Path, capsys: pytest.CaptureFixture[str]) -> str:
+def initialized(dsn: str, tasks: Path) -> str:
     """This test's database after `reconciler db init` as its owner."""
-    assert cli(capsys, dsn, tasks, "db", "init")[0] == 0
+    assert cli(dsn, tasks, "db", "init")[0] == 0
     return dsn
 
 
-def reads_everything(capsys: pytest.CaptureFixture[str], role_dsn: str, tasks: Path) -> None:
+def reads_everything(role_dsn: str, tasks: Path) -> None:
     """Every read-only command that touches the database succeeds as this role."""
     export = str(tasks.parent / "exported")
     for command in (["plan"], ["status"], ["runs"], ["explain", "ping"], ["export", "--out-dir", export]):
-        code, _, err = cli(capsys, role_dsn, tasks, *command)
+        code, _, err = cli(role_dsn, tasks, *command)
         assert code == 0, (command, err)
 
 
-def test_planner_reads_everything_but_may_not_apply(
-    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_planner_reads_everything_but_may_not_apply(initialized: str, roles: Roles, tasks: Path) -> None:
     planner = roles.create('plan "ro"; --')  # quoting is part of the contract: role names are user input
     roles.grant(planner=planner)
-    assert cli(capsys, initialized, tasks, "apply")[0] == 0  # the owner applies; the planner reads it back
-    reads_everything(capsys, planner, tasks)
+    assert cli(initialized, tasks, "apply")[0] == 0  # the owner applies; the planner reads it back
+    reads_everything(planner, tasks)
     (tasks / "pong.toml").write_text(cron("http://127.0.0.1:9/pong"))
-    code, _, err = cli(capsys, planner, tasks, "apply")
+    code, _, err = cli(planner, tasks, "apply")
     assert code == 1
     line = one_error_line(err)
     assert "permission denied for table tasks" in line and "needs INSERT on scheduler.tasks" in line
     assert "reconciler db grants" in line
-    code, _, err = cli(capsys, planner, tasks, "trigger", "ping")
+    code, _, err = cli(planner, tasks, "trigger", "ping")
     assert code == 1 and "needs INSERT on scheduler.runs" in one_error_line(err)
 
 
-def test_applier_applies_moves_and_triggers(
-    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_applier_applies_moves_and_triggers(initialized: str, roles: Roles, tasks: Path) -> None:
     applier = roles.create("applier")
     roles.grant(applier=applier)
-    code, out, err = cli(capsys, applier, tasks, "apply")
+    code, out, err = cli(applier, tasks, "apply")
     assert code == 0 and "Apply complete: 1 change(s) written." in out, err
-    assert cli(capsys, applier, tasks, "trigger", "ping")[0] == 0
-    reads_everything(capsys, applier, tasks)  # an applier can do what a planner does
+    assert cli(applier, tasks, "trigger", "ping")[0] == 0
+    reads_everything(applier, tasks)  # an applier can do what a planner does
     (tasks / "ping.toml").rename(tasks / "pong.toml")
     (tasks / "pong.toml").write_text('moved_from = "ping"\n' + (tasks / "pong.toml").read_text())
-    code, out, err = cli(capsys, applier, tasks, "apply")  # a move carries runs and leases over
+    code, out, err = cli(applier, tasks, "apply")  # a move carries runs and leases over
     assert code == 0 and "> move" in out, err
     (tasks / "pong.toml").unlink()
-    code, out, err = cli(capsys, applier, tasks, "apply", "--allow-empty")
+    code, out, err = cli(applier, tasks, "apply", "--allow-empty")
     assert code == 0 and "- delete pong" in out, err
-    assert cli(capsys, applier, tasks, "plan", "--detailed-exitcode")[0] == 0
+    assert cli(applier, tasks, "plan", "--detailed-exitcode")[0] == 0
 
 
 async def test_engine_fires_but_may_not_rewrite_a_task(
-    initialized: str, roles: Roles, http: tuple[str, Recorder], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    initialized: str, roles: Roles, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
     url, rec = http
     applier, engine_dsn = roles.create("applier"), roles.create("engine")
@@ -154,7 +142,7 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
     folder = tmp_path / "engine-tasks"
     async with Store(applier) as store:  # room for the scheduled and the manual run side by side
         await setup(store, folder, {"a": cron(f"{url}/a", policy="max_running_instances = 2")})
-    code, _, err = await asyncio.to_thread(cli, capsys, applier, folder, "trigger", "a")
+    code, _, err = await asyncio.to_thread(cli, applier, folder, "trigger", "a")
     assert code == 0, err
     firer = Firer(concurrency=4)
     try:
@@ -164,7 +152,8 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
             await engine.heartbeat()
             report = await engine.run_once(NOW + timedelta(minutes=5, seconds=3))
             assert (report.fired, report.succeeded) == (2, 2), runs(initialized)
-            assert await engine.sleep_seconds(NOW) >= 0
+            # it reads when the next run is due: 12:10, ten seconds after 12:09:50
+            assert await engine.sleep_seconds(NOW + timedelta(minutes=9, seconds=50)) == 10.0
             await engine.prune_runs(utcnow() + timedelta(days=2))  # results carry the wall-clock time
             async with store.connection() as conn:
                 await Store.execute(conn, "engine_gone", {"engine_id": "least-privilege"})
@@ -180,17 +169,15 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
             conn.execute("DELETE FROM scheduler.tasks")
 
 
-def test_db_init_without_create_is_one_line_and_plan_still_plans(
-    dsn: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_db_init_without_create_is_one_line_and_plan_still_plans(dsn: str, roles: Roles, tasks: Path) -> None:
     nobody = roles.create("nobody")
     for command in (["db", "init"], ["apply"]):
-        code, _, err = cli(capsys, nobody, tasks, *command)
+        code, _, err = cli(nobody, tasks, *command)
         assert code == 1
         line = one_error_line(err)
         assert "schema scheduler does not exist" in line and "may not create it" in line, line
         assert "run `reconciler db init` as the owner" in line
-    code, out, err = cli(capsys, nobody, tasks, "plan")  # read-only: it never creates the schema
+    code, out, err = cli(nobody, tasks, "plan")  # read-only: it never creates the schema
     assert code == 0 and "1 to create" in out and "no scheduler schema yet: apply will create it" in out, err
     assert schema_objects(dsn) == -1
 
@@ -207,18 +194,16 @@ def schema_objects(dsn: str) -> int:
         return int(row[0]) if row else 0
 
 
-def test_plan_with_connect_and_select_only_writes_nothing(
-    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_plan_with_connect_and_select_only_writes_nothing(initialized: str, roles: Roles, tasks: Path) -> None:
     reader = roles.create("reader")
     with psycopg.connect(initialized, autocommit=True) as conn:  # no more than CONNECT, USAGE and SELECT
         role = sql.Identifier(str(psycopg.conninfo.conninfo_to_dict(reader)["user"]))
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA scheduler TO {}").format(role))
         conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA scheduler TO {}").format(role))
     before = schema_objects(initialized)
-    assert cli(capsys, initialized, tasks, "apply")[0] == 0
+    assert cli(initialized, tasks, "apply")[0] == 0
     (tasks / "pong.toml").write_text(cron("http://127.0.0.1:9/pong"))
-    code, out, err = cli(capsys, reader, tasks, "plan", "--detailed-exitcode")
+    code, out, err = cli(reader, tasks, "plan", "--detailed-exitcode")
     assert code == 2 and "+ create pong" in out, err
     with psycopg.connect(initialized) as conn:
         assert conn.execute("SELECT count(*) FROM scheduler.applies").fetchone() == (1,)  # the owner's apply only
@@ -226,24 +211,22 @@ def test_plan_with_connect_and_select_only_writes_nothing(
 
 
 def test_ungranted_role_on_initialized_database_is_told_what_to_grant(
-    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
+    initialized: str, roles: Roles, tasks: Path
 ) -> None:
     nobody = roles.create("nobody")
-    code, _, err = cli(capsys, nobody, tasks, "plan")
+    code, _, err = cli(nobody, tasks, "plan")
     assert code == 1
     line = one_error_line(err)
     assert "needs USAGE on schema scheduler" in line and "reconciler db grants" in line
 
 
-def test_outdated_schema_names_the_owner_as_the_fix(
-    initialized: str, roles: Roles, tasks: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_outdated_schema_names_the_owner_as_the_fix(initialized: str, roles: Roles, tasks: Path) -> None:
     planner = roles.create("planner")
     roles.grant(planner=planner)
     with psycopg.connect(initialized, autocommit=True) as conn:  # as if a newer release added this column
         conn.execute("ALTER TABLE scheduler.runs DROP COLUMN response_excerpt")
         conn.execute("COMMENT ON SCHEMA scheduler IS NULL")  # initialized from another declaration
-    code, _, err = cli(capsys, planner, tasks, "status")  # plan never upgrades: it reads what is there
+    code, _, err = cli(planner, tasks, "status")  # plan never upgrades: it reads what is there
     assert code == 1
     line = one_error_line(err)
     assert "schema scheduler is out of date" in line and "may not upgrade it" in line

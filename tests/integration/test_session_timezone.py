@@ -8,7 +8,8 @@ from pathlib import Path
 
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimer
-from tests.integration.engine_support import cron, runs, setup
+from tests.builders import cron
+from tests.integration.engine_support import runs, setup
 
 FALL_BACK = datetime(2026, 10, 25, 1, 0, tzinfo=UTC)  # Europe/Berlin: 03:00 CEST becomes 02:00 CET
 

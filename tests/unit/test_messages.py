@@ -15,20 +15,14 @@ from hypothesis import strategies as st
 from reconciler.files.problems import FileError
 from reconciler.files.tasks import load_dir, load_text
 from reconciler.spec.trigger import MAX_INTERVAL_SECONDS, cron_problem, every_seconds, parse_every
+from tests.builders import cron_trigger
+from tests.builders import task_text as task
 
 URL = "http://127.0.0.1:9/x"
 
 
-def task(top: str = "", trigger: str = 'kind = "cron"\nexpr = "0 * * * *"', target: str = "", policy: str = "") -> str:
-    """A task file; each argument is TOML text for its table."""
-    parts = [top, "[trigger]", trigger, "[target]", f'url = "{URL}"', target]
-    if policy:
-        parts += ["[policy]", policy]
-    return "\n".join(part for part in parts if part) + "\n"
-
-
 def cron(expr: str) -> str:
-    return task(trigger=f'kind = "cron"\nexpr = "{expr}"')
+    return task(trigger=cron_trigger(expr))
 
 
 def errors_of(text: str) -> list[FileError]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,13 +11,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from reconciler.cli.parser import main
 from reconciler.files.problems import FileWarning
 from reconciler.files.tasks import Task, fire_warnings, load_text
 from reconciler.schedule.cron import matches_every_year
 from reconciler.schedule.preview import A_YEAR, TEN_YEARS, never_fires
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.trigger import cron_problem
+from tests.builders import run_main
 from tests.helpers import spec
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -141,20 +139,13 @@ def test_text_shortcut_agrees_with_the_schedule(fields: tuple[str, ...], zone: s
     assert (never_fires(task_spec, schedule, now) is None) == fires_in_ten_years
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 def test_validate_prints_warnings_and_exits_0(tmp_path: Path) -> None:
     body = f'[target]\nurl = "{URL}"\n'
     (tmp_path / "feb30.toml").write_text(f"[trigger]\n{cron('0 0 30 2 *')}\n{body}")
     (tmp_path / "past.toml").write_text(f'[trigger]\nkind = "once"\nat = 2020-01-01T00:00:00Z\n{body}')
     (tmp_path / "ended.toml").write_text(f"[trigger]\n{cron('0 * * * *', 'end_at = 2020-01-01')}\n{body}")
     (tmp_path / "fine.toml").write_text(f"[trigger]\n{cron('0 * * * *')}\n{body}")
-    code, out, err = run_cli(["--tasks-dir", str(tmp_path), "validate"])
+    code, out, err = run_main(["--tasks-dir", str(tmp_path), "validate"])
     assert code == 0
     assert out.strip() == f"4 task file(s) in {tmp_path} are valid (3 warning(s) on stderr)"
     assert err.splitlines() == [
@@ -169,6 +160,6 @@ def test_validate_prints_warnings_and_exits_0(tmp_path: Path) -> None:
 
 def test_validate_without_warnings_prints_nothing_on_stderr(tmp_path: Path) -> None:
     (tmp_path / "fine.toml").write_text(f'[trigger]\n{cron("0 * * * *")}\n[target]\nurl = "{URL}"\n')
-    code, out, err = run_cli(["--tasks-dir", str(tmp_path), "validate"])
+    code, out, err = run_main(["--tasks-dir", str(tmp_path), "validate"])
     assert (code, err) == (0, "")
     assert out.strip().endswith("are valid")

@@ -22,6 +22,7 @@ from reconciler.output import planview
 from reconciler.output.masking import MASK, mask_spec, mask_text, mask_url
 from reconciler.output.text import safe
 from reconciler.reconcile.plan import make_plan
+from tests.builders import run_main
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 BASE = '[trigger]\nkind = "cron"\nexpr = "@daily"\n[target]\nurl = "http://127.0.0.1:9/x"\n'
@@ -188,24 +189,28 @@ def test_a_dsn_password_never_reaches_the_error_line(tmp_path: Path, capsys: Any
         assert "s3cr3t" not in captured.out + captured.err and captured.err.startswith("error: ")
 
 
-def test_usage_errors_exit_1_and_abbreviations_are_refused(capsys: Any) -> None:
+def test_usage_errors_exit_1_and_abbreviations_are_refused() -> None:
     for argv in (["plan", "--bogus"], ["pla"], ["apply", "--max-del", "3"], ["plan", "--format", "yaml"], []):
-        assert main_exit(argv) == 1, argv
-    assert "--max-del" in capsys.readouterr().err
-
-
-def main_exit(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+        code, _, err = run_main(argv)
+        assert code == 1, argv
+        if "--max-del" in argv:
+            assert "--max-del" in err
 
 
 def test_the_shipped_examples_plan_with_their_targets(tmp_path: Path) -> None:
     loaded = load_dir(Path(__file__).parents[2] / "tasks.d", "tasks.d")
     text = planview.plan_text(make_plan(loaded.tasks, [], "default", NOW))
     assert text.count("    target: ") == len(loaded.tasks)
-    assert "auth oauth2_client_credentials" in text or "auth " in text
+    created, target_lines = re.findall(r"^\+ create (\S+)$", text, re.M), re.findall(r"^    target: (.*)$", text, re.M)
+    targets = dict(zip(created, target_lines, strict=True))
+    auths = {task_id: re.findall(r"\(auth (\w+);", line) for task_id, line in targets.items()}
+    assert auths == {
+        "billing/invoices": [],
+        "ops/cache-warm": ["bearer"],
+        "ops/monthly-report": ["oauth2_client_credentials"],
+        "ops/ping": [],
+        "ops/xmas-banner": ["basic"],
+    }, text
 
 
 def test_rows_edited_into_any_shape_still_render() -> None:
