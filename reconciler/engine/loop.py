@@ -31,6 +31,7 @@ from reconciler.errors import one_line
 from reconciler.notify.delivery import Deliverer
 from reconciler.notify.events import Ended, ended_of, late_scan
 from reconciler.spec.environment import EnvPolicy
+from reconciler.targets.backoff import backoff_delay
 from reconciler.targets.http import Attempt, Firer, Outcome
 
 log = logging.getLogger("reconciler.engine")
@@ -44,6 +45,7 @@ WARM_MIN_SLEEP = 0.5
 # claim takes longer): far inside the lease's margin, and long enough to ramp up in a few claims.
 QUEUE_SECONDS = 1.0
 CLAIMS_AT_ONCE = 2  # claim transactions serve() runs at a time
+RECONNECT_CAP = 10.0  # seconds: the longest wait between tries while the database is away
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,10 @@ class EngineConfig:
 
 
 async def back_off(stop: asyncio.Event, seconds: float) -> float:
-    """Wait `seconds` (less if `stop` is set); the next, doubled wait, at most 10 s."""
+    """Wait `seconds` (less if `stop` is set); the next, doubled wait, at most RECONNECT_CAP."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=seconds)
-    return min(seconds * 2, 10.0)
+    return backoff_delay(seconds, 2, cap=RECONNECT_CAP)
 
 
 def default_engine_id() -> str:

@@ -22,7 +22,8 @@ from reconciler.errors import one_line
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier, WebhookNotifier, parse_spec
 from reconciler.spec.task import Target
-from reconciler.targets.http import Attempt, Firer, backoff_delay
+from reconciler.targets.backoff import backoff_delay
+from reconciler.targets.http import Attempt, Firer
 
 log = logging.getLogger("reconciler.engine")
 

@@ -26,6 +26,7 @@ import yarl
 from reconciler.clock import DATABASE, utc_iso, utc_stamp
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.task import HEADER_VALUE, BasicAuth, BearerAuth, EnvRef, OAuth2ClientCredentials, Target, TaskSpec
+from reconciler.targets.backoff import backoff_delay
 from reconciler.targets.secrets import EnvProblem, RunSecrets
 
 EXCERPT_BYTES = 1024
@@ -171,12 +172,6 @@ def parse_retry_after(value: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, min((when - DATABASE.now()).total_seconds(), MAX_RETRY_AFTER))  # the target's date vs ours
-
-
-def backoff_delay(base: float, attempt: int, retry_after: float | None) -> float:
-    """`base · 2^(attempt-1)`, or the server's Retry-After when it asks for longer."""
-    delay = float(base) * 2.0 ** (attempt - 1)
-    return max(delay, retry_after) if retry_after is not None else delay
 
 
 def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) -> str:
