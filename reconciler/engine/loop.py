@@ -23,7 +23,8 @@ from typing import Any, Protocol
 import psycopg
 
 from reconciler.clock import DATABASE, Clock, DatabaseClock, statement_now, utc_iso, utc_text, utcnow
-from reconciler.db.store import DB_FAULTS, Store
+from reconciler.db import queries
+from reconciler.db.store import DB_FAULTS, Conn, Store
 from reconciler.engine.claim import Claimed, Claimer, Report
 from reconciler.engine.leader import leader_only
 from reconciler.engine.results import Results, attempt_params
@@ -85,9 +86,7 @@ class Observer(Protocol):
 
 
 class Engine:
-    def __init__(
-        self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = DATABASE
-    ) -> None:
+    def __init__(self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = DATABASE) -> None:
         self.store = store
         self.config = config
         self.firer = firer or Firer(concurrency=config.concurrency, policy=EnvPolicy(config.allow_env))
@@ -131,7 +130,7 @@ class Engine:
         async def on_attempt(attempt: Attempt) -> None:
             with contextlib.suppress(Exception):  # progress only; the final result is written anyway
                 async with self.store.connection() as conn:
-                    await Store.execute(conn, "run_attempt", attempt_params(claimed.run_id, attempt))
+                    await queries.run_attempt(conn, **attempt_params(claimed.run_id, attempt))
 
         # Progress is written between attempts: a run of one attempt has none to write.
         progress = on_attempt if claimed.spec.policy.retries else None
@@ -206,18 +205,22 @@ class Engine:
         a short transaction locking only the rows it deletes (replicas pruning by age at once skip
         each other's), and the pass rests as long as each batch took, so it takes at most half of
         one database backend beside the claims."""
-        batch = self.config.prune_batch
-        scope = {"batch": batch, "sources": list(self.config.sources)}
-        rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", scope)]
+        batch, sources = self.config.prune_batch, self.config.sources
+        rules: list[Callable[[Conn], Awaitable[int]]] = [
+            lambda conn: queries.runs_prune_keep(conn, batch=batch, sources=sources)
+        ]
         if self.config.keep_runs_days is not None:
-            cut = {**scope, "before": now - timedelta(days=self.config.keep_runs_days)}
-            rules += [("runs_prune_age", cut), ("notifications_prune_age", cut)]
+            before = now - timedelta(days=self.config.keep_runs_days)
+            rules += [
+                lambda conn: queries.runs_prune_age(conn, before=before, batch=batch, sources=sources),
+                lambda conn: queries.notifications_prune_age(conn, before=before, batch=batch, sources=sources),
+            ]
         deleted = 0
-        for name, params in rules:
+        for rule in rules:
             for _ in itertools.count() if max_batches is None else range(max_batches):
                 started = time.monotonic()
                 async with self.store.connection() as conn:
-                    count = await Store.execute(conn, name, params)
+                    count = await rule(conn)
                 deleted += count
                 if count < batch:
                     break
@@ -243,15 +246,10 @@ class Engine:
 
     async def heartbeat(self) -> None:
         """Say this engine is alive (by the database's clock), and measure this machine's clock against it."""
-        params = {
-            "engine_id": self.config.engine_id,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "now": statement_now(self.clock),
-        }
+        host, pid, now = socket.gethostname(), os.getpid(), statement_now(self.clock)
         async with self.store.connection() as conn:
             sent = utcnow()
-            [row] = await Store.fetch(conn, "engine_heartbeat", params)
+            [row] = await queries.engine_heartbeat(conn, engine_id=self.config.engine_id, host=host, pid=pid, now=now)
             received = utcnow()
         if isinstance(self.clock, DatabaseClock):
             self._check_offset(self.clock.measure(sent, row["database_now"], received))
@@ -279,7 +277,7 @@ class Engine:
         """Until the nearest next_run_at (by the database's clock when `now` is None), within [0, max_sleep];
         0 when manual runs are queued."""
         async with self.store.connection() as conn:
-            [row] = await Store.fetch(conn, "nearest_due", {"now": now, "sources": list(self.config.sources)})
+            [row] = await queries.nearest_due(conn, now=now, sources=self.config.sources)
         if row["queued"]:
             return 0.0
         if row["next_run_at"] is None:
@@ -371,9 +369,7 @@ class Engine:
             self.results.writer(lambda: stop.is_set() and not self.in_flight and not self.claims)
         )
         beside = [
-            asyncio.create_task(
-                self._every(stop, self.config.heartbeat_seconds, self.heartbeat, "heartbeat")
-            ),
+            asyncio.create_task(self._every(stop, self.config.heartbeat_seconds, self.heartbeat, "heartbeat")),
             asyncio.create_task(
                 self._every(
                     stop,
@@ -562,6 +558,6 @@ class Engine:
                 )
         with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
             async with self.store.connection() as conn:
-                await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})
+                await queries.engine_gone(conn, engine_id=self.config.engine_id)
         await self.deliverer.finish()
         await self.firer.close()
