@@ -99,7 +99,21 @@ async def applies_insert(
     plan_digest: str,
 ) -> int:
     """The audit row of one apply (`counts` and `changes` as jsonb)."""
-    return await Store.execute(conn, "applies_insert", {k: v for k, v in locals().items() if k != "conn"})
+    return await Store.execute(
+        conn,
+        "applies_insert",
+        {
+            "source": source,
+            "revision": revision,
+            "author": author,
+            "message": message,
+            "reference": reference,
+            "now": now,
+            "counts": counts,
+            "changes": changes,
+            "plan_digest": plan_digest,
+        },
+    )
 
 
 async def notifiers_all(conn: Conn) -> list[Row]:

@@ -62,7 +62,18 @@ def notifications_insert(
     payloads: list[str],
 ) -> Statement:
     """Outbox rows, one per event and notifier (owned by the task's source); a `late` already raised is not."""
-    return Statement("notifications_insert", dict(locals()))
+    return Statement(
+        "notifications_insert",
+        {
+            "now": now,
+            "task_ids": task_ids,
+            "notifiers": notifiers,
+            "events": events,
+            "run_ids": run_ids,
+            "scheduled": scheduled,
+            "payloads": payloads,
+        },
+    )
 
 
 async def tasks_late(conn: Conn, *, now: datetime | None, floor: float) -> list[LateRow]:

@@ -134,17 +134,35 @@ def runs_insert(
 ) -> Statement:
     """Insert run rows (an occurrence recorded already is not) and the leases of those running;
     its rows are InsertedRow."""
-    return Statement("runs_insert", {k: v for k, v in locals().items()})
+    return Statement(
+        "runs_insert",
+        {
+            "engine_id": engine_id,
+            "now": now,
+            "task_ids": task_ids,
+            "scheduled": scheduled,
+            "kinds": kinds,
+            "statuses": statuses,
+            "errors": errors,
+            "lease_ids": lease_ids,
+            "lease_seconds": lease_seconds,
+        },
+    )
 
 
 def runs_start_manual(*, run_id: int, status: str, engine_id: str, now: datetime, error: str | None) -> Statement:
-    return Statement("runs_start_manual", {k: v for k, v in locals().items()})
+    return Statement(
+        "runs_start_manual", {"run_id": run_id, "status": status, "engine_id": engine_id, "now": now, "error": error}
+    )
 
 
 def leases_insert(
     *, engine_id: str, now: datetime, task_ids: list[str], run_ids: list[int], seconds: list[float]
 ) -> Statement:
-    return Statement("leases_insert", {k: v for k, v in locals().items()})
+    return Statement(
+        "leases_insert",
+        {"engine_id": engine_id, "now": now, "task_ids": task_ids, "run_ids": run_ids, "seconds": seconds},
+    )
 
 
 def tasks_advance(*, ids: list[str], nexts: list[datetime | None]) -> Statement:
@@ -175,7 +193,19 @@ async def run_attempt(
     excerpt: str | None,
 ) -> int:
     """One attempt's progress on its run's row (between retries)."""
-    return await Store.execute(conn, "run_attempt", {k: v for k, v in locals().items() if k != "conn"})
+    return await Store.execute(
+        conn,
+        "run_attempt",
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "started_at": started_at,
+            "http_status": http_status,
+            "error": error,
+            "duration_ms": duration_ms,
+            "excerpt": excerpt,
+        },
+    )
 
 
 async def finish_runs(
@@ -193,7 +223,17 @@ async def finish_runs(
 ) -> None:
     """Queue, in a pipelined transaction, the results of runs, their leases' release, and the NOTIFY of
     a freed slot: sent with its COMMIT."""
-    columns = {k: v for k, v in locals().items() if k != "conn"}
+    columns = {
+        "run_ids": run_ids,
+        "statuses": statuses,
+        "attempts": attempts,
+        "started": started,
+        "finished": finished,
+        "http": http,
+        "errors": errors,
+        "durations": durations,
+        "excerpts": excerpts,
+    }
     ids = {"run_ids": run_ids}
     await send(
         conn,
