@@ -3,7 +3,7 @@
 Lock due task rows (SKIP LOCKED), decide each due occurrence (fire, missed, skipped: the
 pure `decide`), insert the run rows (ON CONFLICT DO NOTHING), start queued manual runs that
 have a free slot, take leases, advance next_run_at, commit. Only then are requests sent
-(by the runner, `engine.py`).
+(by `runner.py`).
 """
 
 from __future__ import annotations
