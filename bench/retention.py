@@ -32,7 +32,8 @@ from bench.common import write_results
 from bench.reconcile import bench_database
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimer
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 
 RUNS = int(os.environ.get("BENCH_RETENTION_RUNS", "3000000"))
 TASKS = 1_000

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from reconciler.cli.options import DatabaseOptions, parse_instant
 from reconciler.cli.runtime import with_store
 from reconciler.clock import local_text, utc_text
+from reconciler.db import command_queries
 from reconciler.db.embedded import database_label, home_for, stop_embedded
 from reconciler.db.grants import grants_sql
 from reconciler.db.store import Conn, Row, Store, TaskRow
@@ -63,10 +64,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> tuple[list[Row], list[Row], list[Row], datetime]:
         async with store.reading() as conn:
-            rows = await Store.fetch(conn, "status_rows")
-            engines = await Store.fetch(conn, "engines_live", {"seconds": float(ENGINE_LIVE_SECONDS)})
-            live = await Store.fetch(conn, "applies_live_sources")
-            [clock] = await Store.fetch(conn, "clock_now", {"now": None})  # overdue by the database's clock
+            rows = await command_queries.status_rows(conn)
+            engines = await command_queries.engines_live(conn, seconds=float(ENGINE_LIVE_SECONDS))
+            live = await command_queries.applies_live_sources(conn)
+            [clock] = await command_queries.clock_now(conn, now=None)  # overdue by the database's clock
         return rows, engines, live, clock["now"]
 
     rows, engines, revisions, now = with_store(database, work)
@@ -119,7 +120,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     async def work(store: Store) -> list[Row]:
         async with store.reading() as conn:
             params = {"source": None, "task_id": args.id, "limit": args.limit}
-            return await Store.fetch(conn, "applies_list", params)
+            return await command_queries.applies_list(conn, **params)
 
     rows = with_store(DatabaseOptions.of(args), work)
     if args.format == "json":
@@ -141,10 +142,10 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> int:
         async with store.transaction() as conn:
-            found = await Store.fetch(conn, "task_get", {"id": args.id})
+            found = await command_queries.task_get(conn, id=args.id)
             if not found:
                 raise UserError(f"unknown task {args.id!r}; see `reconciler status` for the ids")
-            [row] = await Store.fetch(conn, "run_queue_manual", {"task_id": args.id, "now": None})
+            [row] = await command_queries.run_queue_manual(conn, task_id=args.id, now=None)
             await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [args.id]}))
         run_id = row["id"]
         print(
@@ -165,7 +166,7 @@ async def follow_run(store: Store, run_id: int) -> int:
     hint_at = time.monotonic() + QUEUED_HINT_SECONDS
     while True:
         async with store.connection() as conn:
-            found = await Store.fetch(conn, "run_get", {"run_id": run_id})
+            found = await command_queries.run_get(conn, run_id=run_id)
         if not found:
             raise UserError(f"run {run_id} is gone from the history (pruned or its task deleted)")
         run = found[0]
@@ -197,11 +198,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
         async with store.transaction() as conn:
             reason = "cancelled with `reconciler cancel` before it started"
-            done = await Store.fetch(conn, "run_cancel", {"run_id": args.run_id, "now": None, "error": reason})
+            done = await command_queries.run_cancel(conn, run_id=args.run_id, now=None, error=reason)
             if done:
                 print(f"cancelled manual run {args.run_id} of {render.safe(done[0]['task_id'])} (recorded skipped)")
                 return EXIT_OK
-            found = await Store.fetch(conn, "run_get", {"run_id": args.run_id})
+            found = await command_queries.run_get(conn, run_id=args.run_id)
         if not found:
             raise UserError(f"no run {args.run_id}; `reconciler runs` lists them")
         status = found[0]["status"]
@@ -224,10 +225,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> list[str]:
         async with store.reading() as conn:
-            [clock] = await Store.fetch(conn, "clock_now", {"now": None})  # "due" by the database's clock
+            [clock] = await command_queries.clock_now(conn, now=None)  # "due" by the database's clock
             now: datetime = clock["now"]
             at = asked or now
-            found = await Store.fetch(conn, "task_get", {"id": args.id})
+            found = await command_queries.task_get(conn, id=args.id)
             if not found:
                 raise UserError(
                     f"task {args.id!r} is not in the database; apply its file first (`reconciler plan` shows it)"
@@ -242,7 +243,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                     "`reconciler apply` restores it"
                 ) from None
             lo, hi = span(shown, at)
-            runs = await Store.fetch(conn, "runs_between", {"task_id": args.id, "lo": lo, "hi": hi})
+            runs = await command_queries.runs_between(conn, task_id=args.id, lo=lo, hi=hi)
             runs = await with_notifications(conn, runs)
         task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
         lines = explain(task, shown, runs, at, now)
@@ -258,11 +259,11 @@ async def listing(
 ) -> tuple[list[Row], bool]:
     """The rows of a history `query` (`runs_list`, `notifications_list`), and whether `task_id` is known:
     a deleted task's history stays, so an id is known if a task or any row of that history has it."""
-    rows = await Store.fetch(conn, query, {"task_id": task_id, "status": status, "limit": limit})
+    rows = await command_queries.history(conn, query, task_id=task_id, status=status, limit=limit)
     if rows or task_id is None:
         return rows, True
-    known = bool(await Store.fetch(conn, "task_get", {"id": task_id})) or bool(
-        await Store.fetch(conn, query, {"task_id": task_id, "status": None, "limit": 1})
+    known = bool(await command_queries.task_get(conn, id=task_id)) or bool(
+        await command_queries.history(conn, query, task_id=task_id, status=None, limit=1)
     )
     return rows, known
 
@@ -289,9 +290,9 @@ async def with_notifications(conn: Conn, runs: list[Row]) -> list[Row]:
     """Each run with the notifications it caused (errors masked) under `notifications`, in one query for
     all; none where the outbox is missing or unreadable (a database, or a role's grants, from before it)."""
     notes: dict[int, list[Row]] = {}
-    if runs and (await Store.fetch(conn, "notifications_readable"))[0]["readable"]:
+    if runs and (await command_queries.notifications_readable(conn))[0]["readable"]:
         run_ids = [run["id"] for run in runs]
-        for note in await Store.fetch(conn, "notifications_of_runs", {"run_ids": run_ids}):
+        for note in await command_queries.notifications_of_runs(conn, run_ids=run_ids):
             notes.setdefault(note["run_id"], []).append(masked(note, "error"))
     return [{**run, "notifications": notes.get(run["id"], [])} for run in runs]
 

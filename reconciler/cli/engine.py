@@ -18,7 +18,8 @@ from reconciler.clock import utc_text, utcnow
 from reconciler.db.embedded import resolve_dsn
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
-from reconciler.engine.loop import Engine, EngineConfig, back_off
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine, back_off
 from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
 from reconciler.logs import setup_logging
 from reconciler.output import text as render

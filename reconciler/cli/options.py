@@ -17,7 +17,7 @@ from reconciler.errors import UserError
 from reconciler.spec.values import year_problem
 
 if TYPE_CHECKING:
-    from reconciler.engine.loop import EngineConfig
+    from reconciler.engine.config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,8 @@ class WatchOptions:
 def engine_config(args: Namespace, sources: tuple[str, ...]) -> EngineConfig:
     """The engine's options of `engine` and `up`, which claim `sources` (empty: every source)."""
     # Imported here: the engine is heavy, and only the two commands that run one call this.
-    from reconciler.engine.loop import EngineConfig, default_engine_id
+    from reconciler.engine.config import EngineConfig
+    from reconciler.engine.loop import default_engine_id
     from reconciler.spec.environment import globs
 
     return EngineConfig(

@@ -1,5 +1,19 @@
--- Every SQL statement reconciler runs, by name. Loaded once by reconciler/store.py.
+-- Every SQL statement reconciler runs, by name. Loaded once by reconciler/db/sqlfile.py.
 -- Placeholders are psycopg's %(name)s. The schema is "scheduler" (see schemata.toml).
+
+-- ============================================================== fragments
+-- Written once here, substituted as text where a statement says {{name(argument)}} (see db/sqlfile.py).
+
+-- fragment: of_sources(column)
+-- An engine's sources (`engine --source`), `column` being a task's or a notification's source; none: every source.
+(cardinality(%(sources)s::text[]) = 0 OR {column} = ANY(%(sources)s::text[]))
+
+-- fragment: max_running_instances(task)
+-- A task's max_running_instances from its stored spec (`task` the alias of its tasks row): 1 unless a number,
+-- at most 1,000,000 (a hand edit may store anything).
+(CASE WHEN jsonb_typeof({task}.spec -> 'policy' -> 'max_running_instances') = 'number'
+      THEN LEAST(({task}.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
+      ELSE 1 END)
 
 -- name: catalog_table_columns
 -- pg_attribute, unlike information_schema.columns, lists the columns of tables the role has
@@ -223,7 +237,7 @@ SELECT COALESCE(%(now)s::timestamptz, now()) AS now;
 -- %(sources)s scopes an engine (`engine --source`); empty: every source.
 SELECT id, hashtextextended(spec::text, 0) AS spec_key, next_run_at FROM scheduler.tasks
  WHERE enabled AND next_run_at <= COALESCE(%(now)s::timestamptz, now())
-   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
+   AND {{of_sources(source)}}
  ORDER BY next_run_at
  FOR UPDATE SKIP LOCKED
  LIMIT %(batch)s;
@@ -232,7 +246,7 @@ SELECT id, hashtextextended(spec::text, 0) AS spec_key, next_run_at FROM schedul
 -- The engine validates the specs of soon-due tasks while it waits (see Claimer.warm).
 SELECT id, hashtextextended(spec::text, 0) AS spec_key FROM scheduler.tasks
  WHERE enabled AND next_run_at <= %(until)s
-   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
+   AND {{of_sources(source)}}
  ORDER BY next_run_at
  LIMIT %(limit)s;
 
@@ -251,10 +265,8 @@ SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, ha
             SELECT id, task_id, row_number() OVER (PARTITION BY task_id ORDER BY id) AS place
               FROM scheduler.runs WHERE status = 'queued') q
           JOIN scheduler.tasks s ON s.id = q.task_id
-         WHERE (cardinality(%(sources)s::text[]) = 0 OR s.source = ANY(%(sources)s::text[]))
-           AND q.place <= (CASE WHEN jsonb_typeof(s.spec -> 'policy' -> 'max_running_instances') = 'number'
-                                THEN LEAST((s.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
-                                ELSE 1 END)
+         WHERE {{of_sources(s.source)}}
+           AND q.place <= {{max_running_instances(s)}}
                           - (SELECT count(*) FROM scheduler.run_leases l
                               WHERE l.task_id = q.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now())))
    AND r.status = 'queued'
@@ -366,15 +378,13 @@ DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 SELECT min(next_run_at) AS next_run_at, COALESCE(%(now)s::timestamptz, now()) AS now,
        EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks s ON s.id = r.task_id
                 WHERE r.status = 'queued'
-                  AND (cardinality(%(sources)s::text[]) = 0 OR s.source = ANY(%(sources)s::text[]))
-                  AND (CASE WHEN jsonb_typeof(s.spec -> 'policy' -> 'max_running_instances') = 'number'
-                            THEN LEAST((s.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
-                            ELSE 1 END)
+                  AND {{of_sources(s.source)}}
+                  AND {{max_running_instances(s)}}
                       > (SELECT count(*) FROM scheduler.run_leases l
                           WHERE l.task_id = r.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))) AS queued
   FROM scheduler.tasks
  WHERE enabled AND next_run_at IS NOT NULL
-   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
+   AND {{of_sources(source)}};
 
 -- name: task_get
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
@@ -406,7 +416,7 @@ SELECT * FROM (
 -- name: due_backlog
 SELECT count(*) AS due FROM scheduler.tasks
  WHERE enabled AND next_run_at <= COALESCE(%(now)s::timestamptz, now())
-   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
+   AND {{of_sources(source)}};
 
 -- name: task_health
 -- Per enabled task, for the metrics: its next run, its last success, and whether its last
@@ -425,7 +435,7 @@ SELECT t.id, t.next_run_at, s.finished_at AS last_success,
         SELECT id, status FROM scheduler.runs
          WHERE task_id = ANY(ARRAY[t.id]) AND status IN ('failed', 'lost', 'missed')
          ORDER BY task_id DESC, id DESC LIMIT 1) u ON true
- WHERE t.enabled AND (cardinality(%(sources)s::text[]) = 0 OR t.source = ANY(%(sources)s::text[]))
+ WHERE t.enabled AND {{of_sources(t.source)}}
  ORDER BY t.id
  LIMIT %(limit)s;
 
@@ -502,8 +512,7 @@ UPDATE scheduler.notifications n
                                                                 ORDER BY next_attempt_at, id) AS nth
                                         FROM scheduler.notifications
                                        WHERE status = 'pending' AND next_attempt_at <= COALESCE(%(now)s::timestamptz, now())
-                                         AND (cardinality(%(sources)s::text[]) = 0
-                                              OR source = ANY(%(sources)s::text[]))) ranked
+                                         AND {{of_sources(source)}}) ranked
                                WHERE nth <= %(per_notifier)s
                                             - COALESCE((%(sending)s::jsonb ->> (source || '/' || notifier))::int, 0))
                    AND status = 'pending' AND next_attempt_at <= COALESCE(%(now)s::timestamptz, now())
@@ -554,7 +563,7 @@ DELETE FROM scheduler.runs WHERE id IN (
             OFFSET LEAST((t.spec -> 'policy' ->> 'keep_runs')::numeric, 1000000000)::bigint
              LIMIT %(batch)s) old
      WHERE jsonb_typeof(t.spec -> 'policy' -> 'keep_runs') = 'number'
-       AND (cardinality(%(sources)s::text[]) = 0 OR t.source = ANY(%(sources)s::text[]))
+       AND {{of_sources(t.source)}}
      LIMIT %(batch)s);
 
 -- name: runs_prune_age
@@ -575,7 +584,7 @@ DELETE FROM scheduler.runs WHERE id IN (
 DELETE FROM scheduler.notifications WHERE id IN (
     SELECT id FROM scheduler.notifications
      WHERE created_at < %(before)s AND status <> 'pending'
-       AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]))
+       AND {{of_sources(source)}}
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED);
 
@@ -650,4 +659,4 @@ RETURNING l.engine_id;
 -- jsonb array: psycopg adapts long text arrays slowly).
 SELECT id FROM scheduler.tasks
  WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s))
-   AND (cardinality(%(sources)s::text[]) = 0 OR source = ANY(%(sources)s::text[]));
+   AND {{of_sources(source)}};

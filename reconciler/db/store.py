@@ -1,4 +1,4 @@
-"""The only module that talks to PostgreSQL. Named queries live in sql/queries.sql.
+"""The only module that talks to PostgreSQL. Named queries live in db/queries.sql (read by db/sqlfile.py).
 
 psycopg errors that mean "the database is not there" become DatabaseUnavailable here,
 at one boundary, a statement the server cancelled (a timeout) StatementCancelled saying which
@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -30,9 +29,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler.db import schema
+from reconciler.db.sqlfile import load_queries
 from reconciler.errors import DatabaseUnavailable, PermissionDenied, StatementCancelled, one_line
 
-QUERIES_FILE = Path(__file__).with_name("queries.sql")
 # pg_advisory_xact_lock key shared by every apply (and schema upgrade): "reconc" in ASCII.
 APPLY_LOCK_KEY = 0x7265636F6E63
 NOTIFY_CHANNEL = "scheduler_tasks"
@@ -44,16 +43,6 @@ READ_STATEMENT_SECONDS = 30.0
 
 Row = dict[str, Any]
 Conn = AsyncConnection[Row]
-
-
-def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
-    """`-- name: foo` sections of a .sql file → {name: statement}."""
-    queries: dict[str, str] = {}
-    for block in re.split(r"^-- name: ", path.read_text(), flags=re.M)[1:]:
-        name, _, body = block.partition("\n")
-        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
-        queries[name.strip()] = "\n".join(lines).strip().rstrip(";")
-    return queries
 
 
 QUERIES = load_queries()

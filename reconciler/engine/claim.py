@@ -3,7 +3,7 @@
 Lock due task rows (SKIP LOCKED), decide each due occurrence (fire, missed, skipped: the
 pure `decide`), insert the run rows (ON CONFLICT DO NOTHING), start queued manual runs that
 have a free slot, take leases, advance next_run_at, commit. Only then are requests sent
-(by the runner, `engine.py`).
+(by `runner.py`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,18 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Literal
 
 from reconciler.clock import utc_text
-from reconciler.db.store import Row, Store
+from reconciler.db import queries
+from reconciler.db.queries import DueRow, InsertedRow, LostRow, QueuedRow
+from reconciler.db.statements import Statement, send
+from reconciler.db.store import Store
 from reconciler.errors import one_line
-from reconciler.notify.events import Ended, Event, claim_events, ended_of, outbox_rows, record_ended
-from reconciler.schedule.base import Fire, Schedule
+from reconciler.notify.events import Ended, Event, claim_events, ended_of, outbox_insert, record_ended
+from reconciler.schedule.base import Schedule
+from reconciler.schedule.catchup import ON_TIME_SECONDS, SharedSchedule, due_occurrences
 from reconciler.schedule.triggers import compile_schedule, schedule_key
 from reconciler.spec.notifier import subscriptions
 from reconciler.spec.task import Policy, TaskSpec
@@ -29,13 +33,10 @@ from reconciler.targets.http import idempotency_key, parsed_url
 
 log = logging.getLogger("reconciler.engine")
 
-CATCHUP_CAP = 100  # occurrences recorded per task per claim
-TICK = timedelta(microseconds=1)  # `before` just after an instant: "at or before" it
 MAX_COMPILED = 50_000  # validated specs kept per engine (tasks' specs, not runs: a bound on memory)
 WARM_LIMIT = 20_000  # soon-due tasks looked at per idle moment
 
 Status = Literal["running", "missed", "skipped", "failed"]
-Statement = tuple[str, dict[str, Any]]  # a named query and its parameters
 
 
 @dataclass(frozen=True)
@@ -46,83 +47,6 @@ class Decision:
     kind: str  # scheduled | catchup | manual
     status: Status
     error: str | None = None
-
-
-def due_occurrences(
-    schedule: Schedule, first: datetime, now: datetime, policy: Policy, cap: int = CATCHUP_CAP
-) -> tuple[list[datetime], datetime | None]:
-    """The due occurrences a claim at `now` decides, oldest first, and the next occurrence to keep due.
-
-    `first` is the task's due next_run_at. Computed, not walked, so after any downtime it costs the
-    same few steps: with coalesce, the newest `cap` up to `now` (the latest fires, the others are
-    coalesced into it); without, the newest `cap` older than the misfire grace (recorded missed) and
-    the oldest `cap` within it (fired oldest first; the next one within the grace stays due for the
-    next claim)."""
-    following = schedule.next_fire_time(first)
-    if following is None or following > now:
-        return [first], following  # the usual claim: one occurrence due
-    if policy.coalesce:
-        return _newest(schedule, first, now + TICK, cap), schedule.next_fire_time(now)
-    floor = now - timedelta(seconds=max(policy.misfire_grace_seconds, ON_TIME_SECONDS))
-    missed: list[datetime] = []
-    moment: datetime | None = first
-    if first < floor:
-        missed = _newest(schedule, first, floor, cap)
-        moment = schedule.next_fire_time(floor - TICK)  # the oldest within the grace
-    fired: list[datetime] = []
-    while moment is not None and moment <= now and len(fired) < cap:
-        fired.append(moment)
-        moment = schedule.next_fire_time(moment)
-    return missed + fired, moment
-
-
-def _newest(schedule: Schedule, first: datetime, before: datetime, cap: int) -> list[datetime]:
-    """The newest `cap` of `first` and the occurrences after it strictly before `before`, oldest first."""
-    found: list[datetime] = []
-    moment = schedule.previous_fire_time(before)
-    while moment is not None and moment > first and len(found) < cap:
-        found.append(moment)
-        moment = schedule.previous_fire_time(moment)
-    if len(found) < cap and first < before:
-        found.append(first)
-    return found[::-1]
-
-
-class SharedSchedule:
-    """One compiled schedule for every task with the same trigger, zone and DST rules, remembering its
-    latest answers: a top-of-the-hour burst asks thousands of tasks' schedules the same two questions."""
-
-    ANSWERS = CATCHUP_CAP + 2  # a catch-up's steps forward within the grace, for every task sharing it
-
-    def __init__(self, schedule: Schedule) -> None:
-        self.schedule = schedule
-        self._answers: dict[datetime, Fire | None] = {}
-        self._before: dict[datetime, datetime | None] = {}
-
-    def next_fire(self, after: datetime) -> Fire | None:
-        if after in self._answers:
-            return self._answers[after]
-        if len(self._answers) >= self.ANSWERS:
-            self._answers.clear()
-        fire = self._answers[after] = self.schedule.next_fire(after)
-        return fire
-
-    def next_fire_time(self, after: datetime) -> datetime | None:
-        fire = self.next_fire(after)
-        return fire.at if fire else None
-
-    def previous_fire_time(self, before: datetime) -> datetime | None:
-        if before in self._before:
-            return self._before[before]
-        if len(self._before) >= CATCHUP_CAP + 2:  # one catch-up's steps back, for every task sharing it
-            self._before.clear()
-        found = self._before[before] = self.schedule.previous_fire_time(before)
-        return found
-
-
-# A claim is never exactly on time: this much late is on time whatever the grace (a grace of 0 would
-# otherwise miss every occurrence, and page `missed` for each).
-ON_TIME_SECONDS = 1.0
 
 
 def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int) -> list[Decision]:
@@ -259,7 +183,7 @@ class Claimer:
         self._compiled: dict[str, tuple[int, TaskSpec, Schedule]] = {}
         self._schedules: dict[str, SharedSchedule] = {}  # schedule_key → the schedule its tasks share
 
-    def _cold(self, rows: list[Row]) -> list[str]:
+    def _cold(self, rows: Sequence[DueRow | queries.SpecKeyRow]) -> list[str]:
         """The ids of rows (id, spec_key) whose stored spec is not the one compiled."""
         return [r["id"] for r in rows if self._compiled.get(r["id"], (None,))[0] != r["spec_key"]]
 
@@ -287,11 +211,10 @@ class Claimer:
         """Validate ahead, in idle time, the specs of tasks due before `until` that are not compiled yet,
         so that a burst's claim only decides; at most `budget` seconds. The number compiled."""
         deadline = time.monotonic() + budget
-        scope = {"until": until, "limit": WARM_LIMIT, "sources": list(self.sources)}
         async with self.store.connection() as conn:
-            due = await Store.fetch(conn, "tasks_due_before", scope)
+            due = await queries.tasks_due_before(conn, until=until, limit=WARM_LIMIT, sources=self.sources)
             cold = self._cold(due)
-            rows = await Store.fetch(conn, "tasks_specs", {"ids": cold}) if cold else []
+            rows = await queries.tasks_specs(conn, ids=cold) if cold else []
         for count, row in enumerate(rows, 1):
             with contextlib.suppress(Exception):  # a spec that does not validate fails its run in the claim
                 self._compile(row["id"], row["spec_key"], {row["id"]: row["spec_text"]})
@@ -307,39 +230,30 @@ class Claimer:
         `at` is None but in tests: what is due, which leases have expired and how late each occurrence
         is are judged by the database's clock (the transaction's now()), never by this engine's.
 
-        Its statements go in four round trips (Store.pipelined): BEGIN and what is due; the task
+        Its statements go in four round trips (pipelined): BEGIN and what is due; the task
         locks, their leases and the specs not compiled yet; the run rows; the leases, the next run
         times and COMMIT.
         `finished`: runs of this engine that ended but whose results are not written yet (their
         leases are not counted against their tasks' max_running_instances)."""
         started = time.perf_counter()
         report = Report()
-        scope = {"now": at, "batch": limit or self.batch, "sources": list(self.sources)}
         async with self.store.pipelined_transaction() as conn:
-            clock, lost, due, queued = await Store.pipelined(
-                conn,
-                [("clock_now", scope), ("runs_mark_lost", scope), ("claim_due", scope), ("claim_queued", scope)],
+            clock, lost, due, queued = await queries.claim_first(
+                conn, now=at, batch=limit or self.batch, sources=self.sources
             )
             now: datetime = clock[0]["now"]  # the statements after these are given the same instant
-            for row in lost:
-                report.record(row["task_id"], row["scheduled_for"], "lost", row["error"])
+            for gone in lost:
+                report.record(gone["task_id"], gone["scheduled_for"], "lost", gone["error"])
             await record_ended(conn, lost_ends(lost), now)
             ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
             held: dict[str, int] = {}
             texts: dict[str, str] = {}  # the stored text of due tasks not compiled yet, read under their locks
             if ids:
-                cold = self._cold(due)
-                fetch: list[Statement] = [("tasks_specs", {"ids": cold})] if cold else []
-                _, leases, *fetched = await Store.pipelined(
-                    conn,
-                    [
-                        ("lock_tasks", {"ids": ids}),
-                        ("leases_held", {"ids": ids, "now": now, "finished": list(finished)}),
-                        *fetch,
-                    ],
+                leases, fetched = await queries.claim_locks(
+                    conn, ids=ids, now=now, finished=finished, cold=self._cold(due)
                 )
                 held = {r["task_id"]: r["held"] for r in leases}
-                texts.update((r["id"], r["spec_text"]) for rows in fetched for r in rows)
+                texts.update((r["id"], r["spec_text"]) for r in fetched)
             report.claimed_tasks = len(due)
             inserts: list[tuple[str, Decision]] = []
             advance: dict[str, datetime | None] = {}
@@ -371,13 +285,15 @@ class Claimer:
             statements = [*self._insert_runs(inserts, lease_for, now), *starts]
             statements += self._take_leases(manual, lease_for, now)
             if advance:
-                statements.append(("tasks_advance", {"ids": list(advance), "nexts": list(advance.values())}))
+                statements.append(queries.tasks_advance(ids=list(advance), nexts=list(advance.values())))
             if events:  # last: the first statement's rows are the runs inserted (see below)
                 subs_of = {e.task_id: subscriptions(specs[e.task_id].normalized()) for e in events}
-                statements.append(("notifications_insert", outbox_rows(events, subs_of, now)))
-            sent = await Store.send(conn, statements)
+                statements.append(outbox_insert(events, subs_of, now))
+            sent = await send(conn, statements)
         # Committed: the inserted rows came back with the COMMIT, in the same round trip.
-        report.runs.extend(self._claimed(inserts, await sent[0].fetchall() if inserts else [], specs, report))
+        report.runs.extend(
+            self._claimed(inserts, await queries.inserted_rows(sent[0]) if inserts else [], specs, report)
+        )
         report.runs.extend(manual)
         for run in report.runs:
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
@@ -394,22 +310,22 @@ class Claimer:
         for no decisions): the claim's last round trip carries its COMMIT too."""
         if not inserts:
             return []
-        params = {
-            "engine_id": self.engine_id,
-            "now": now,
-            "task_ids": [t for t, _ in inserts],
-            "scheduled": [d.scheduled_for for _, d in inserts],
-            "kinds": [d.kind for _, d in inserts],
-            "statuses": [d.status for _, d in inserts],
-            "errors": [d.error for _, d in inserts],
-            "lease_ids": list(leases),
-            "lease_seconds": list(leases.values()),
-        }
-        return [("runs_insert", params)]
+        statement = queries.runs_insert(
+            engine_id=self.engine_id,
+            now=now,
+            task_ids=[t for t, _ in inserts],
+            scheduled=[d.scheduled_for for _, d in inserts],
+            kinds=[d.kind for _, d in inserts],
+            statuses=[d.status for _, d in inserts],
+            errors=[d.error for _, d in inserts],
+            lease_ids=list(leases),
+            lease_seconds=list(leases.values()),
+        )
+        return [statement]
 
     @staticmethod
     def _claimed(
-        inserts: list[tuple[str, Decision]], rows: list[Row], specs: dict[str, TaskSpec], report: Report
+        inserts: list[tuple[str, Decision]], rows: list[InsertedRow], specs: dict[str, TaskSpec], report: Report
     ) -> list[Claimed]:
         """The inserted rows to fire; the others were recorded finished (missed, skipped, failed)."""
         report.duplicates += len(inserts) - len(rows)
@@ -423,7 +339,7 @@ class Claimer:
         return claimed
 
     def _start_manual(
-        self, queued: list[Row], held: dict[str, int], now: datetime, report: Report
+        self, queued: list[QueuedRow], held: dict[str, int], now: datetime, report: Report
     ) -> tuple[list[Claimed], list[Statement]]:
         """The queued manual runs that start now (a task with a free slot), and their statements."""
         claimed: list[Claimed] = []
@@ -438,8 +354,11 @@ class Claimer:
             else:
                 if held.get(task_id, 0) >= spec.policy.max_running_instances:
                     continue  # a manual run is never skipped: it stays queued until a slot is free
-            params = {"status": status, "engine_id": self.engine_id, "now": now, "error": error}
-            statements.append(("runs_start_manual", {**params, "run_id": row["run_id"]}))
+            statements.append(
+                queries.runs_start_manual(
+                    run_id=row["run_id"], status=status, engine_id=self.engine_id, now=now, error=error
+                )
+            )
             if status == "running":
                 held[task_id] = held.get(task_id, 0) + 1
                 claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], "manual", spec))
@@ -451,12 +370,17 @@ class Claimer:
         """The statement taking the leases of started manual runs (none for none)."""
         if not runs:
             return []
-        params = {"engine_id": self.engine_id, "now": now, "seconds": [leases[run.task_id] for run in runs]}
-        ids = {"task_ids": [c.task_id for c in runs], "run_ids": [c.run_id for c in runs]}
-        return [("leases_insert", {**params, **ids})]
+        statement = queries.leases_insert(
+            engine_id=self.engine_id,
+            now=now,
+            task_ids=[c.task_id for c in runs],
+            run_ids=[c.run_id for c in runs],
+            seconds=[leases[run.task_id] for run in runs],
+        )
+        return [statement]
 
 
-def lost_ends(lost: Sequence[Row]) -> list[Ended]:
+def lost_ends(lost: Sequence[LostRow]) -> list[Ended]:
     """The runs a claim found lost whose tasks hear of it (`lost`, and `recovery` after)."""
     ends = []
     for row in lost:

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
+from reconciler.db import queries
 from reconciler.db.store import Store
 
 LEASE_SECONDS = 30.0  # a lease not renewed for this long goes to the next engine that asks
@@ -36,9 +37,7 @@ class Lease:
         # statement, comes later, so this engine stops believing it leads before another may.
         asked = time.monotonic()
         async with self.store.connection() as conn:
-            taken = await Store.fetch(
-                conn, "leader_take", {"name": self.name, "engine_id": self.engine_id, "seconds": self.seconds}
-            )
+            taken = await queries.leader_take(conn, name=self.name, engine_id=self.engine_id, seconds=self.seconds)
         self._until = asked + self.seconds if taken else -math.inf
         return bool(taken)
 

@@ -1,37 +1,42 @@
-"""The runner: `run_once(now)` claims and fires; `serve()` loops around it. Nothing else schedules.
+"""The engine: `run_once(now)` claims and fires; `serve()` loops around it, and drains at stop. Nothing
+else schedules.
 
-The claim (`claim.py`) is one transaction that decides what to fire; only after it commits
-are requests sent (`targets.py`), and their results are written in batches (`results.py`).
+The claim (`claim.py`) is one transaction that decides what to fire; only after it commits are
+requests sent (`runner.py`), and their results are written in batches (`results.py`). The queue's
+pacing is `pacing.py`'s; the heartbeat, retention and the late scan are `upkeep.py`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import math
 import os
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
-from reconciler.clock import DATABASE, Clock, DatabaseClock, statement_now, utc_iso, utc_text, utcnow
+from reconciler.clock import DATABASE, Clock, statement_now
+from reconciler.db import queries
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.claim import Claimed, Claimer, Report
-from reconciler.engine.leader import leader_only
-from reconciler.engine.results import Results, attempt_params
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.pacing import CLAIMS_AT_ONCE, Pacer
+from reconciler.engine.results import Results
+from reconciler.engine.runner import Observer, execute
+from reconciler.engine.upkeep import Upkeep
 from reconciler.errors import one_line
 from reconciler.notify.delivery import Deliverer
-from reconciler.notify.events import Ended, ended_of, late_scan
 from reconciler.spec.environment import EnvPolicy
-from reconciler.targets.http import Attempt, Firer, Outcome
+from reconciler.targets.backoff import backoff_delay
+from reconciler.targets.http import Firer, Outcome
+
+__all__ = ["Engine", "EngineConfig", "Observer", "back_off", "default_engine_id"]
 
 log = logging.getLogger("reconciler.engine")
 
@@ -40,52 +45,25 @@ log = logging.getLogger("reconciler.engine")
 WARM_HORIZON = 120.0
 WARM_BUDGET = 0.2
 WARM_MIN_SLEEP = 0.5
-# Claimed runs may queue for a slot this long at the pace the slots sustain (and longer when a
-# claim takes longer): far inside the lease's margin, and long enough to ramp up in a few claims.
-QUEUE_SECONDS = 1.0
-CLAIMS_AT_ONCE = 2  # claim transactions serve() runs at a time
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    engine_id: str
-    batch: int = 100
-    concurrency: int = 100
-    max_sleep: float = 30.0
-    drain_seconds: float = 30.0
-    lease_margin: float = 30.0
-    heartbeat_seconds: float = 10.0
-    keep_runs_days: float | None = None  # global retention of finished runs; policy.keep_runs caps per task
-    prune_seconds: float = 60.0  # how often serve() starts a pass over the run history (see prune_runs)
-    prune_batch: int = 2000  # rows deleted per statement: short transactions, no long locks
-    allow_env: tuple[str, ...] = ()  # globs of variables tasks may read; empty: all but the engine's own
-    sources: tuple[str, ...] = ()  # claim only these sources' tasks (`engine --source`); empty: every source
-    max_clock_offset: float = 5.0  # warn when this machine's clock is further than this off the database's
+RECONNECT_CAP = 10.0  # seconds: the longest wait between tries while the database is away
 
 
 async def back_off(stop: asyncio.Event, seconds: float) -> float:
-    """Wait `seconds` (less if `stop` is set); the next, doubled wait, at most 10 s."""
+    """Wait `seconds` (less if `stop` is set); the next, doubled wait, at most RECONNECT_CAP."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=seconds)
-    return min(seconds * 2, 10.0)
+    return backoff_delay(seconds, 2, cap=RECONNECT_CAP)
 
 
 def default_engine_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class Observer(Protocol):
-    """Told of every claim and every finished run (metrics, `up`'s run lines)."""
-
-    def claimed(self, report: Report) -> None: ...
-
-    def finished(self, claimed: Claimed, outcome: Outcome) -> None: ...
-
-
 class Engine:
-    def __init__(
-        self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = DATABASE
-    ) -> None:
+    """One engine: claims (claim.py) and fires (runner.py) in serve()'s loop, paced (pacing.py), beside its
+    upkeep (upkeep.py), and drains at stop."""
+
+    def __init__(self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = DATABASE) -> None:
         self.store = store
         self.config = config
         self.firer = firer or Firer(concurrency=config.concurrency, policy=EnvPolicy(config.allow_env))
@@ -102,15 +80,11 @@ class Engine:
         self.ready = False  # a claim has succeeded (for /readyz)
         self.hurry = asyncio.Event()  # a second Ctrl-C: stop draining, leave in-flight runs to their leases
         self._slot_freed = asyncio.Event()  # runs in flight have finished: room to claim again
-        self._pace = 0.0  # attempts per second the slots sustain when kept busy, smoothed
-        self._paced_at = (0, 0.0)  # (Firer.sent, Firer.slot_seconds) when the pace was last measured
-        self._claim_seconds = 0.0  # how long a claim takes, smoothed
-        self.ahead = self.wake_room = 0  # the queue's size (see _pace_queue)
+        self.pacer = Pacer(config.concurrency, config.batch)  # the queue's size, when a claim may start
         self.claims: dict[asyncio.Task[Report], int] = {}  # claims running in serve(), and the most each may take
         self._more_due = True  # the last claim to end took all it asked for: more may be due
-        self._pace_queue()
         self.observers: list[Observer] = []
-        self.clock_off = False  # the last heartbeat found this machine's clock past max_clock_offset
+        self.upkeep = Upkeep(store, config, lambda: self.clock)  # heartbeat, retention, late scan
 
     async def claim(self, now: datetime | None, limit: int | None = None) -> Report:
         """One claim transaction (see claim.py) of at most `limit` due tasks (default --batch) at `now` (None:
@@ -124,63 +98,15 @@ class Engine:
     # ------------------------------------------------------------ fire
 
     async def execute(self, claimed: Claimed) -> Outcome:
-        """Fire one claimed run and record its result; whatever goes wrong is this run's `failed` result."""
-
-        async def on_attempt(attempt: Attempt) -> None:
-            with contextlib.suppress(Exception):  # progress only; the final result is written anyway
-                async with self.store.connection() as conn:
-                    await Store.execute(conn, "run_attempt", attempt_params(claimed.run_id, attempt))
-
-        # Progress is written between attempts: a run of one attempt has none to write.
-        progress = on_attempt if claimed.spec.policy.retries else None
-        try:
-            outcome = await self.firer.fire(
-                claimed.task_id, claimed.spec, claimed.scheduled_for, progress, claimed.deadline, claimed.key
-            )
-        except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
-            log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__, exc_info=True)
-            outcome = Outcome("failed", [Attempt(1, error=f"engine error while firing: {type(exc).__name__}")])
-        result = {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status}
-        result["finished_at"] = self.clock.now()
-        if claimed.spec.notify is not None and (found := ended_of(claimed.spec, None)):
-            detail = {
-                "http_status": outcome.last.http_status,
-                "error": result["error"],
-                "attempt": outcome.last.attempt,
-            }
-            result["ended"] = Ended(
-                claimed.task_id, claimed.run_id, claimed.scheduled_for, outcome.status, *found, detail
-            )
-        self.results.add(result)
-        last = outcome.last
-        log.log(
-            logging.INFO if outcome.status == "succeeded" else logging.WARNING,
-            "run %s (%s %s, run %d) %s: %s, attempt %d, %d ms",
-            claimed.task_id,
-            claimed.kind,
-            utc_text(claimed.scheduled_for),
-            claimed.run_id,
-            outcome.status,
-            last.error or f"HTTP {last.http_status}",
-            last.attempt,
-            last.duration_ms or 0,
-            extra={
-                "fields": {
-                    "task_id": claimed.task_id,
-                    "scheduled_for": utc_iso(claimed.scheduled_for),
-                    "run_id": claimed.run_id,
-                    "kind": claimed.kind,
-                    "status": outcome.status,
-                    "attempt": outcome.last.attempt,
-                    "http_status": outcome.last.http_status,
-                    "duration_ms": outcome.last.duration_ms,
-                    "error": outcome.last.error,
-                }
-            },
+        """Fire one claimed run and record its result (see runner.py)."""
+        return await execute(
+            claimed,
+            store=self.store,
+            firer=self.firer,
+            results=self.results,
+            clock=self.clock,
+            observers=self.observers,
         )
-        for observer in self.observers:
-            observer.finished(claimed, outcome)
-        return outcome
 
     async def run_once(self, now: datetime) -> Report:
         """Claim at `now`, fire everything claimed, wait for the results: the unit of work."""
@@ -195,89 +121,23 @@ class Engine:
         return report
 
     async def prune_runs(self, now: datetime, max_batches: int | None = None) -> int:
-        """One pass over the run history: delete finished runs beyond `policy.keep_runs` per task and
-        older than `keep_runs_days` (delivered and given-up notifications too), `prune_batch` rows at a
-        time until none is left (or `max_batches`).
-
-        Only the runs of the engine's sources (`engine --source`; every source when none is given).
-        Sized to the backlog, so retention keeps up with any rate of runs, and gentle: each batch is
-        a short transaction locking only the rows it deletes (replicas pruning by age at once skip
-        each other's), and the pass rests as long as each batch took, so it takes at most half of
-        one database backend beside the claims."""
-        batch = self.config.prune_batch
-        scope = {"batch": batch, "sources": list(self.config.sources)}
-        rules: list[tuple[str, dict[str, Any]]] = [("runs_prune_keep", scope)]
-        if self.config.keep_runs_days is not None:
-            cut = {**scope, "before": now - timedelta(days=self.config.keep_runs_days)}
-            rules += [("runs_prune_age", cut), ("notifications_prune_age", cut)]
-        deleted = 0
-        for name, params in rules:
-            for _ in itertools.count() if max_batches is None else range(max_batches):
-                started = time.monotonic()
-                async with self.store.connection() as conn:
-                    count = await Store.execute(conn, name, params)
-                deleted += count
-                if count < batch:
-                    break
-                await asyncio.sleep(time.monotonic() - started)
-        if deleted:
-            log.info("pruned %d finished run(s) and notification(s)", deleted, extra={"fields": {"pruned": deleted}})
-        return deleted
-
-    async def _every(
-        self, stop: asyncio.Event, seconds: float, work: Callable[[], Awaitable[object]], what: str
-    ) -> None:
-        """`work` now and then every `seconds` until `stop`, beside serve()'s claims (the heartbeat,
-        the pruner): what fails is tried again next time; a database away is the claim loop's to report."""
-        while not stop.is_set():
-            try:
-                await work()
-            except DB_FAULTS:
-                pass
-            except Exception as exc:  # not the database: a bug, logged with its stack
-                log.warning("%s failed (%s); next try in %g s", what, one_line(exc), seconds, exc_info=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=seconds)
+        """One pass over the run history and the outbox (see Upkeep.prune_runs)."""
+        return await self.upkeep.prune_runs(now, max_batches)
 
     async def heartbeat(self) -> None:
-        """Say this engine is alive (by the database's clock), and measure this machine's clock against it."""
-        params = {
-            "engine_id": self.config.engine_id,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "now": statement_now(self.clock),
-        }
-        async with self.store.connection() as conn:
-            sent = utcnow()
-            [row] = await Store.fetch(conn, "engine_heartbeat", params)
-            received = utcnow()
-        if isinstance(self.clock, DatabaseClock):
-            self._check_offset(self.clock.measure(sent, row["database_now"], received))
+        """Say this engine is alive, and measure this machine's clock against the database's (see upkeep.py)."""
+        await self.upkeep.heartbeat()
 
-    def _check_offset(self, offset: float) -> None:
-        """A warning when this machine's clock goes further off the database's than max_clock_offset (and a
-        line when it is back): nothing fires early or late for it, but this host's own timestamps are off."""
-        bound = self.config.max_clock_offset
-        off = abs(offset) > bound
-        if off and not self.clock_off:
-            log.warning(
-                "this machine's clock is %.1f s %s the database's (more than --max-clock-offset %g s): the "
-                "database's clock decides what is due, so nothing fires early or late, but timestamps this host "
-                "writes outside reconciler (and its logs' times) are off by as much; check its time sync (NTP)",
-                abs(offset),
-                "behind" if offset > 0 else "ahead of",
-                bound,
-                extra={"fields": {"clock_offset_seconds": round(offset, 3)}},
-            )
-        elif self.clock_off and not off:
-            log.info("this machine's clock is back within %g s of the database's (%+.3f s)", bound, offset)
-        self.clock_off = off
+    @property
+    def clock_off(self) -> bool:
+        """The last heartbeat found this machine's clock past max_clock_offset."""
+        return self.upkeep.clock_off
 
     async def sleep_seconds(self, now: datetime | None) -> float:
         """Until the nearest next_run_at (by the database's clock when `now` is None), within [0, max_sleep];
         0 when manual runs are queued."""
         async with self.store.connection() as conn:
-            [row] = await Store.fetch(conn, "nearest_due", {"now": now, "sources": list(self.config.sources)})
+            [row] = await queries.nearest_due(conn, now=now, sources=self.config.sources)
         if row["queued"]:
             return 0.0
         if row["next_run_at"] is None:
@@ -314,48 +174,17 @@ class Engine:
                     log.exception("run %s failed inside the engine", claimed.task_id)
                 finally:
                     self.running -= 1
-                if not self._slot_freed.is_set() and self.claim_room() >= self.wake_room:
+                if not self._slot_freed.is_set() and self.claim_room() >= self.pacer.wake_room:
                     self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
         finally:
             # At once, not by the done callback a loop turn later: the next worker to decide
             # whether it is one too many must not count this one.
             self.workers.discard(asyncio.current_task())
 
-    def _pace_queue(self) -> None:
-        """Size the queue from the smoothed pace and claim time (after each claim, not per run):
-        `ahead`, how many claimed runs may wait for a slot, is about four claims' worth at the pace
-        the slots sustain (a claim's time varies threefold under load) or QUEUE_SECONDS' worth, at
-        least --concurrency, at most two batches: back-to-back claims of a full batch need one
-        batch waiting while the next is claimed. A deeper queue would make runs wait for a slot past
-        their lease, and keep due tasks from replicas with free slots. `wake_room`, the room that
-        wakes the next claim, is a quarter of the queue (or half the slots), so there is no claim
-        per finished run."""
-        config = self.config
-        waits = max(QUEUE_SECONDS, 4 * self._claim_seconds)
-        self.ahead = min(2 * config.batch, max(config.concurrency, math.ceil(self._pace * waits)))
-        self.wake_room = max(1, min(config.batch, config.concurrency) // 2, self.ahead // 4)
-
     def claim_room(self) -> int:
-        """How many due tasks a claim may take now: the free slots plus the queue (`ahead`), less
-        the runs in flight and what the claims running may take. Runs waiting out a backoff or
-        jitter hold no slot and are not counted."""
-        taking = sum(self.claims.values())
-        return self.config.concurrency + self.ahead - (self.in_flight - self.firer.resting) - taking
-
-    def _measure(self, report: Report) -> None:
-        """Smooth the claim's duration and the pace (for claim_room).
-
-        The pace is what the slots sustain when kept busy (Little's law: --concurrency over the mean
-        time an attempt holds its slot), not the rate runs finished: a starved engine would measure
-        its own starvation and keep its queue short."""
-        seconds = report.seconds
-        self._claim_seconds = 0.7 * self._claim_seconds + 0.3 * seconds if self._claim_seconds else seconds
-        sent, held = self._paced_at
-        if self.firer.sent - sent >= 20:
-            pace = self.config.concurrency * (self.firer.sent - sent) / max(self.firer.slot_seconds - held, 1e-6)
-            self._pace = pace if not self._pace else 0.5 * self._pace + 0.5 * pace
-            self._paced_at = (self.firer.sent, self.firer.slot_seconds)
-        self._pace_queue()
+        """How many due tasks a claim may take now (see Pacer.room): runs waiting out a backoff or
+        jitter hold no slot."""
+        return self.pacer.room(self.in_flight - self.firer.resting, sum(self.claims.values()))
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Claim and fire until `stop` is set; then drain in-flight runs (at most drain_seconds).
@@ -368,33 +197,7 @@ class Engine:
         flusher = asyncio.create_task(
             self.results.writer(lambda: stop.is_set() and not self.in_flight and not self.claims)
         )
-        beside = [
-            asyncio.create_task(
-                self._every(stop, self.config.heartbeat_seconds, self.heartbeat, "heartbeat")
-            ),
-            asyncio.create_task(
-                self._every(
-                    stop,
-                    self.config.prune_seconds,
-                    lambda: self.prune_runs(self.clock.now()),
-                    "pruning the run history",
-                )
-            ),
-            asyncio.create_task(
-                self._every(
-                    stop,
-                    self.config.heartbeat_seconds,
-                    leader_only(
-                        self.store,
-                        self.config.engine_id,
-                        "late scan",
-                        lambda: late_scan(self.store, statement_now(self.clock)),
-                        3 * self.config.heartbeat_seconds,
-                    ),
-                    "late scan",
-                )
-            ),
-        ]
+        beside = self.upkeep.start(stop)
         # Not cancelled at stop (a claim cut off would leave its rows leased): it ends when `stop` is set.
         delivering = asyncio.create_task(self.deliverer.run(stop))
         while not stop.is_set():
@@ -408,7 +211,7 @@ class Engine:
                     self._more_due = True
                     continue
                 limit = min(self.config.batch, self.claim_room())
-                if self._may_claim(limit):
+                if self.pacer.may_claim(limit, len(self.claims), self._more_due):
                     self.claims[asyncio.create_task(self.claim(statement_now(self.clock), limit))] = limit
                     continue
                 # A claim ending or workers making room (they set the event) wake this; the timeout is a safety net.
@@ -440,13 +243,6 @@ class Engine:
             with contextlib.suppress(Exception):
                 await listener.close()
 
-    def _may_claim(self, limit: int) -> bool:
-        """Whether to start a claim of `limit` now: some room, and if a claim is already running,
-        room for a good part of a claim (`wake_room`) and fewer than CLAIMS_AT_ONCE running."""
-        if limit <= 0 or (self.claims and not self._more_due):
-            return False
-        return not self.claims or (limit >= self.wake_room and len(self.claims) < CLAIMS_AT_ONCE)
-
     def _collect(self) -> int:
         """Queue the runs of the claims that ended (and start workers); then re-raise the first
         error of those that failed (one warning and one back-off however many failed together).
@@ -460,7 +256,7 @@ class Engine:
                 error = error or exc
                 continue
             report = task.result()
-            self._measure(report)
+            self.pacer.measure(report.seconds, self.firer.sent, self.firer.slot_seconds)
             self.queue.extend(report.runs)
             self._fill()
             self._more_due = report.claimed_tasks >= limit  # less than asked for: nothing more is due now
@@ -560,6 +356,6 @@ class Engine:
                 )
         with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
             async with self.store.connection() as conn:
-                await Store.execute(conn, "engine_gone", {"engine_id": self.config.engine_id})
+                await queries.engine_gone(conn, engine_id=self.config.engine_id)
         await self.deliverer.finish()
         await self.firer.close()

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from reconciler.clock import DATABASE, Clock
+from reconciler.db import queries
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.errors import one_line
 from reconciler.notify.events import record_ended
@@ -103,27 +104,20 @@ class Results:
         return None
 
     async def _write(self, rows: list[Result]) -> None:
-        run_ids = {"run_ids": [r["run_id"] for r in rows]}
-        columns = {
-            "statuses": [r["status"] for r in rows],
-            "attempts": [r["attempt"] for r in rows],
-            "started": [r["started_at"] for r in rows],
-            "finished": [r["finished_at"] for r in rows],
-            "http": [r["http_status"] for r in rows],
-            "errors": [r["error"] for r in rows],
-            "durations": [r["duration_ms"] for r in rows],
-            "excerpts": [r["excerpt"] for r in rows],
-        }
         ended = [r["ended"] for r in rows if r.get("ended") is not None]
         # One round trip; one more when tasks with subscriptions ended (their events go in the same transaction).
         async with self.store.pipelined_transaction() as conn:
-            await Store.send(
+            await queries.finish_runs(
                 conn,
-                [
-                    ("runs_finish_many", {**run_ids, **columns}),
-                    ("leases_release_many", run_ids),
-                    ("runs_finish_notify", run_ids),
-                ],
+                run_ids=[r["run_id"] for r in rows],
+                statuses=[r["status"] for r in rows],
+                attempts=[r["attempt"] for r in rows],
+                started=[r["started_at"] for r in rows],
+                finished=[r["finished_at"] for r in rows],
+                http=[r["http_status"] for r in rows],
+                errors=[r["error"] for r in rows],
+                durations=[r["duration_ms"] for r in rows],
+                excerpts=[r["excerpt"] for r in rows],
             )
             await record_ended(conn, ended, self.clock.now())
 

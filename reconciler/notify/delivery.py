@@ -17,12 +17,15 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from reconciler.clock import DATABASE, Clock, statement_now
-from reconciler.db.store import DB_FAULTS, Row, Store
+from reconciler.db import notify_queries
+from reconciler.db.notify_queries import NotificationRow
+from reconciler.db.store import DB_FAULTS, Store
 from reconciler.errors import one_line
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier, WebhookNotifier, parse_spec
 from reconciler.spec.target import Target
-from reconciler.targets.http import Attempt, Firer, backoff_delay
+from reconciler.targets.backoff import backoff_delay
+from reconciler.targets.http import Attempt, Firer
 
 log = logging.getLogger("reconciler.engine")
 
@@ -73,7 +76,7 @@ class Deliverer:
         self.clock = clock
         self.firer = Firer(concurrency=NOTIFY_CONCURRENCY, policy=policy)
         self.observers: list[DeliveryObserver] = []
-        self.sending: dict[asyncio.Task[None], Row] = {}  # send → its row, until its outcome is recorded
+        self.sending: dict[asyncio.Task[None], NotificationRow] = {}  # send → its row, until its outcome is recorded
         self._ended = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -106,17 +109,17 @@ class Deliverer:
         if free <= 0:
             return 0
         sending = Counter(f"{row['source']}/{row['notifier']}" for row in self.sending.values())
-        params = {
-            "now": statement_now(self.clock),  # due by the database's clock
-            "limit": free,
-            "engine_id": self.engine_id,
-            "lease": LEASE_MARGIN,
-            "sources": self.sources,
-            "per_notifier": PER_NOTIFIER,
-            "sending": Store.jsonb(dict(sending)),
-        }
         async with self.store.connection() as conn:
-            rows = await Store.fetch(conn, "notifications_claim", params)
+            rows = await notify_queries.notifications_claim(
+                conn,
+                now=statement_now(self.clock),  # due by the database's clock
+                limit=free,
+                engine_id=self.engine_id,
+                lease=LEASE_MARGIN,
+                sources=self.sources,
+                per_notifier=PER_NOTIFIER,
+                sending=sending,
+            )
         started = [asyncio.create_task(self._deliver(row)) for row in rows]
         for task, row in zip(started, rows, strict=True):
             self.sending[task] = row
@@ -140,12 +143,13 @@ class Deliverer:
         if ids:
             with contextlib.suppress(Exception):  # the leases end anyway
                 async with self.store.connection() as conn:
-                    params = {"ids": ids, "engine_id": self.engine_id, "now": self.clock.now()}
-                    await Store.execute(conn, "notifications_release", params)
+                    await notify_queries.notifications_release(
+                        conn, ids=ids, engine_id=self.engine_id, now=self.clock.now()
+                    )
             log.warning("stopped while sending %d notification(s); released them to other engines", len(ids))
         await self.firer.close()
 
-    async def _deliver(self, row: Row) -> None:
+    async def _deliver(self, row: NotificationRow) -> None:
         """One attempt of one notification, and its row's new values recorded."""
         gone = row["spec"] is None  # its notifier left its source's notifiers.d: no retry can send it
         if gone:
@@ -161,18 +165,18 @@ class Deliverer:
         else:
             wait = backoff_delay(NOTIFY_BACKOFF, row["attempts"], attempt.retry_after)
             outcome, status, retry_at = "retry", "pending", now + timedelta(seconds=wait)
-        values = {
-            "id": row["id"],
-            "engine_id": self.engine_id,
-            "http_status": attempt.http_status,
-            "error": attempt.error,
-            "status": status,
-            "next": retry_at,
-            "now": now,
-        }
         try:
             async with self.store.connection() as conn:
-                await Store.execute(conn, "notification_result", values)
+                await notify_queries.notification_result(
+                    conn,
+                    id=row["id"],
+                    engine_id=self.engine_id,
+                    http_status=attempt.http_status,
+                    error=attempt.error,
+                    status=status,
+                    next=retry_at,
+                    now=now,
+                )
         except Exception as exc:  # the lease ends, and another attempt sends it again (the same Idempotency-Key)
             bug = not isinstance(exc, DB_FAULTS)  # the database away is one line; anything else is a bug
             log.warning(
@@ -192,7 +196,7 @@ class Deliverer:
                 attempt.error,
             )
 
-    async def _attempt(self, row: Row) -> Attempt:
+    async def _attempt(self, row: NotificationRow) -> Attempt:
         try:
             spec = parse_spec(row["spec"])
             target = self._target(spec, row)
@@ -207,7 +211,7 @@ class Deliverer:
             attempt.error = f"HTTP {attempt.http_status}: a redirect, not followed; check the URL in ${spec.url.env}"
         return attempt
 
-    def _target(self, spec: WebhookNotifier | SlackNotifier, row: Row) -> Target:
+    def _target(self, spec: WebhookNotifier | SlackNotifier, row: NotificationRow) -> Target:
         """The request of one notification: a webhook's target with the event as its JSON body, or Slack's."""
         body = row["payload"]
         if isinstance(spec, SlackNotifier):

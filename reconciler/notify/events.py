@@ -20,6 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.clock import utc_iso
+from reconciler.db import notify_queries
+from reconciler.db.statements import Statement, execute, send
 from reconciler.db.store import Conn, Store
 from reconciler.spec.notifier import subscriptions
 from reconciler.spec.task import LATE_FLOOR_SECONDS, TaskSpec
@@ -101,20 +103,18 @@ def _event(event: str, run: Ended, now: datetime) -> Event:
     return Event(event, run.task_id, run.run_id, run.scheduled_for, {**body, **run.detail})
 
 
-def outbox_rows(
-    events: Iterable[Event], subs_of: Mapping[str, Mapping[str, list[str]]], now: datetime
-) -> dict[str, Any]:
-    """`notifications_insert`'s parameters: one row per event and subscribed notifier."""
+def outbox_insert(events: Iterable[Event], subs_of: Mapping[str, Mapping[str, list[str]]], now: datetime) -> Statement:
+    """The outbox rows of `events`: one per event and subscribed notifier."""
     rows = [(e, name) for e in events for name in dict.fromkeys(subs_of.get(e.task_id, {}).get(e.event, []))]
-    return {
-        "now": now,
-        "task_ids": [e.task_id for e, _ in rows],
-        "notifiers": [name for _, name in rows],
-        "events": [e.event for e, _ in rows],
-        "run_ids": [e.run_id for e, _ in rows],
-        "scheduled": [e.scheduled_for for e, _ in rows],
-        "payloads": [json.dumps(e.payload, default=str) for e, _ in rows],
-    }
+    return notify_queries.notifications_insert(
+        now=now,
+        task_ids=[e.task_id for e, _ in rows],
+        notifiers=[name for _, name in rows],
+        events=[e.event for e, _ in rows],
+        run_ids=[e.run_id for e, _ in rows],
+        scheduled=[e.scheduled_for for e, _ in rows],
+        payloads=[json.dumps(e.payload, default=str) for e, _ in rows],
+    )
 
 
 async def record_ended(conn: Conn, ended: Sequence[Ended], now: datetime) -> None:
@@ -122,23 +122,24 @@ async def record_ended(conn: Conn, ended: Sequence[Ended], now: datetime) -> Non
     if not ended:
         return
     ids = sorted({run.task_id for run in ended})
-    _, rows = await Store.pipelined(conn, [("notify_state_ensure", {"ids": ids}), ("notify_state_lock", {"ids": ids})])
+    rows = await notify_queries.notify_state_locked(conn, ids=ids)
     states = {r["task_id"]: State(r["failing"], r["failure_sent_at"]) for r in rows}
     events, after = transitions(states, ended, now)
     changed = {task_id: state for task_id, state in after.items() if states.get(task_id) != state}
-    statements: list[tuple[str, Mapping[str, Any]]] = []
+    statements: list[Statement] = []
     if changed:
-        params = {
-            "ids": list(changed),
-            "failing": [s.failing for s in changed.values()],
-            "sent": [s.failure_sent_at for s in changed.values()],
-            "now": now,
-        }
-        statements.append(("notify_state_save", params))
+        statements.append(
+            notify_queries.notify_state_save(
+                ids=list(changed),
+                failing=[s.failing for s in changed.values()],
+                sent=[s.failure_sent_at for s in changed.values()],
+                now=now,
+            )
+        )
     if events:
         subs_of = {run.task_id: run.subs for run in ended}
-        statements.append(("notifications_insert", outbox_rows(events, subs_of, now)))
-    await Store.send(conn, statements)
+        statements.append(outbox_insert(events, subs_of, now))
+    await send(conn, statements)
 
 
 def stateful(spec: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -196,11 +197,11 @@ async def late_scan(store: Store, now: datetime | None) -> int:
     unclaimed late_after_seconds after it was due (by the database's clock when `now` is None), whatever
     source or engine should have claimed it."""
     async with store.connection() as conn:
-        rows = await Store.fetch(conn, "tasks_late", {"now": now, "floor": float(LATE_FLOOR_SECONDS)})
+        rows = await notify_queries.tasks_late(conn, now=now, floor=float(LATE_FLOOR_SECONDS))
         events, subs_of = [], {}
         for row in rows:
             events.append(late_event(row["id"], row["next_run_at"], row["now"]))
             subs_of[row["id"]] = subscriptions({"notify": {"late": row["late"]}})
         if events:
-            await Store.execute(conn, "notifications_insert", outbox_rows(events, subs_of, rows[0]["now"]))
+            await execute(conn, outbox_insert(events, subs_of, rows[0]["now"]))
     return len(events)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from reconciler.db import apply_queries
 from reconciler.db.store import Conn, Store, TaskRow
 from reconciler.errors import UserError
 from reconciler.files.notifiers import Notifiers
@@ -77,7 +78,7 @@ def rail_refusals(plan: Plan, rows: list[TaskRow], options: ApplyOptions) -> lis
 
 
 async def live_revision(conn: Conn, source: str) -> LiveRevision | None:
-    found = await Store.fetch(conn, "applies_live", {"source": source})
+    found = await apply_queries.applies_live(conn, source=source)
     return LiveRevision(found[0]["revision"], found[0]["applied_at"]) if found else None
 
 
@@ -155,11 +156,11 @@ async def write_changes(conn: Conn, changes: list[Change], source: str, now: dat
                     batches.setdefault(name, []).append(params)
         for name, params_list in batches.items():
             if name == "task_insert" and len(params_list) >= COPY_CREATES:
-                await Store.execute(conn, "tasks_new_table")
-                await Store.copy(conn, "tasks_new_copy", ([params[key] for key in COPIED] for params in params_list))
-                await Store.execute(conn, "tasks_insert_new", {"now": now})
+                await apply_queries.tasks_new_table(conn)
+                await apply_queries.tasks_new_copy(conn, ([params[key] for key in COPIED] for params in params_list))
+                await apply_queries.tasks_insert_new(conn, now=now)
             else:
-                await Store.execute_many(conn, name, params_list)
+                await apply_queries.write_many(conn, name, params_list)
 
 
 def state_resets(changes: list[Change]) -> list[str]:
@@ -193,7 +194,7 @@ async def seal_unchanged(conn: Conn, changes: list[Change]) -> None:
         and c.row.spec_hash == c.task.spec_hash  # then the row's spec is the file's: what a stand-in reads
     }
     if found:
-        await Store.execute(conn, "tasks_seal", {"digests": Store.jsonb(found)})
+        await apply_queries.tasks_seal(conn, digests=found)
 
 
 @dataclass
@@ -203,7 +204,7 @@ class ApplyResult:
 
 
 async def database_now(conn: Conn) -> datetime:
-    now: datetime = (await Store.fetch(conn, "apply_clock"))[0]["now"]
+    now: datetime = (await apply_queries.apply_clock(conn))[0]["now"]
     return now.astimezone(UTC)
 
 
@@ -212,7 +213,7 @@ async def lock_retimed(conn: Conn, writes: list[Change]) -> None:
     (which locks and advances it) commits first, and the retime comes after it."""
     ids = sorted(c.row.id for c in writes if c.row is not None and c.task is not None and c.task.enabled and c.retime)
     if ids:
-        await Store.execute(conn, "tasks_lock", {"ids": ids})
+        await apply_queries.tasks_lock(conn, ids=ids)
 
 
 async def apply_tasks(
@@ -250,7 +251,7 @@ async def apply_tasks(
         await write_notifiers(conn, plan.notifiers, source)
         await write_changes(conn, writes, source, now, options.revision.revision)
         if resets := state_resets(writes):
-            await Store.execute(conn, "notify_state_reset", {"ids": resets})
+            await apply_queries.notify_state_reset(conn, ids=resets)
         await record_apply(conn, plan, now, options.revision)
         if writes:
             # Unchanged rows without their file's digest (an older reconciler wrote them, or the
@@ -272,7 +273,7 @@ async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision) -> 
             if change.moved_from:
                 changes[change.moved_from] = change.op
     summary = {k: v for k, v in plan.summary.items() if k != "noop"}
-    params = {
+    params: dict[str, Any] = {
         "source": plan.source,
         "revision": rev.revision,
         "author": rev.author,
@@ -283,7 +284,7 @@ async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision) -> 
         "changes": Store.jsonb(changes),
         "plan_digest": plan.digest,
     }
-    await Store.execute(conn, "applies_insert", params)
+    await apply_queries.applies_insert(conn, **params)
 
 
 async def load_files(store: Store, tasks_dir: Path, display_root: str | None = None) -> LoadResult:
@@ -296,7 +297,7 @@ async def load_files(store: Store, tasks_dir: Path, display_root: str | None = N
     params = {"digests": Store.jsonb(files.digests())}
     async with store.connection() as conn:
         sealed = "file_digest" in (await store.existing(conn)).columns.get("tasks", ())
-        found = await Store.fetch(conn, "tasks_unchanged", params) if sealed else []
+        found = await apply_queries.tasks_unchanged(conn, **params) if sealed else []
     known = {
         row["id"]: Stored(row["digest"], row["spec_hash"], row["enabled"], row["timezone"], row["moved_from"])
         for row in found

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.db.store import Conn, Row, Store
+from reconciler.db import apply_queries
+from reconciler.db.store import Conn, Row
 from reconciler.files.notifiers import Notifier
 from reconciler.reconcile.diff import FieldDiff, Op, diff_declared
 
@@ -38,7 +39,7 @@ class NotifierChange:
 
 
 async def notifier_rows(conn: Conn) -> list[NotifierRow]:
-    return [NotifierRow.from_row(row) for row in await Store.fetch(conn, "notifiers_all")]
+    return [NotifierRow.from_row(row) for row in await apply_queries.notifiers_all(conn)]
 
 
 def diff_notifiers(desired: Mapping[str, Notifier], rows: list[NotifierRow], source: str) -> list[NotifierChange]:
@@ -50,8 +51,8 @@ async def write_notifiers(conn: Conn, changes: list[NotifierChange], source: str
     """The notifier changes of a plan, in apply's transaction; a deleted notifier's pending events end with it."""
     for change in changes:
         if change.op == "delete":
-            await Store.execute(conn, "notifier_delete", {"source": source, "name": change.name})
-            await Store.execute(conn, "notifications_end_deleted", {"source": source, "name": change.name})
+            await apply_queries.notifier_delete(conn, source=source, name=change.name)
+            await apply_queries.notifications_end_deleted(conn, source=source, name=change.name)
         else:
             assert change.notifier is not None
             params = {
@@ -60,4 +61,4 @@ async def write_notifiers(conn: Conn, changes: list[NotifierChange], source: str
                 "spec": change.notifier.canonical,
                 "spec_hash": change.notifier.spec_hash,
             }
-            await Store.execute(conn, "notifier_upsert", params)
+            await apply_queries.notifier_upsert(conn, **params)

@@ -28,6 +28,7 @@ from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.target import HEADER_VALUE, BasicAuth, BearerAuth, OAuth2ClientCredentials, Target
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import EnvRef
+from reconciler.targets.backoff import backoff_delay
 from reconciler.targets.secrets import EnvProblem, RunSecrets
 
 EXCERPT_BYTES = 1024
@@ -173,12 +174,6 @@ def parse_retry_after(value: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, min((when - DATABASE.now()).total_seconds(), MAX_RETRY_AFTER))  # the target's date vs ours
-
-
-def backoff_delay(base: float, attempt: int, retry_after: float | None) -> float:
-    """`base · 2^(attempt-1)`, or the server's Retry-After when it asks for longer."""
-    delay = float(base) * 2.0 ** (attempt - 1)
-    return max(delay, retry_after) if retry_after is not None else delay
 
 
 def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) -> str:

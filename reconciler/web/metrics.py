@@ -28,7 +28,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from reconciler import __version__
 from reconciler.clock import DATABASE
-from reconciler.db.store import Row, Store
+from reconciler.db import queries
+from reconciler.db.queries import EngineSeenRow, HealthRow
+from reconciler.db.store import Store
 from reconciler.engine.leader import Lease
 
 log = logging.getLogger("reconciler.metrics")
@@ -162,7 +164,7 @@ class Runs:
         if not asked:
             return
         async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-            rows = await Store.fetch(conn, "tasks_present", {"ids": Store.jsonb(asked), "sources": sources})
+            rows = await queries.tasks_present(conn, ids=asked, sources=sources)
         for task in set(asked) - {row["id"] for row in rows}:
             self.counts.pop(task, None)
 
@@ -189,8 +191,8 @@ class Health:
 
     def __init__(self, lease: Lease, limit: int = TASK_SERIES_LIMIT) -> None:
         self.lease, self.limit = lease, limit
-        self.tasks: list[Row] = []
-        self.engines: list[Row] = []
+        self.tasks: list[HealthRow] = []
+        self.engines: list[EngineSeenRow] = []
         self.now = math.nan  # the engine's clock at the last read
         self.read_at = math.nan  # time.time() of the last read
         self._text: tuple[float, bytes] | None = None  # (read_at, the per-task families rendered)
@@ -225,7 +227,7 @@ class Health:
         self._text = (read_at, text)
         return text
 
-    def _task_families(self, tasks: list[Row]) -> Iterator[Metric]:
+    def _task_families(self, tasks: list[HealthRow]) -> Iterator[Metric]:
         last = GaugeMetricFamily(
             "reconciler_task_last_success_timestamp_seconds",
             "When the task's last succeeded run finished (NaN: no success in the kept history)",
@@ -252,9 +254,8 @@ class Health:
 
     async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
         async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-            params = {"now": now, "sources": sources, "limit": self.limit}
-            tasks = await Store.fetch(conn, "task_health", params)
-            engines = await Store.fetch(conn, "engines_seen", params)
+            tasks = await queries.task_health(conn, now=now, sources=sources, limit=self.limit)
+            engines = await queries.engines_seen(conn, now=now)
         self.tasks, self.engines, self.now, self.read_at = tasks, engines, now.timestamp(), time.time()
 
     def clear(self) -> None:
@@ -295,8 +296,12 @@ class Outbox:
 
     async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
         async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-            [row] = await Store.fetch(conn, "notifications_health", {"now": now, "sources": sources})
-        self.values = {column: float(value) for column, value in row.items()}
+            [row] = await queries.notifications_health(conn, now=now, sources=sources)
+        self.values = {
+            "pending": float(row["pending"]),
+            "failed": float(row["failed"]),
+            "oldest_due_seconds": float(row["oldest_due_seconds"]),
+        }
 
 
 class Probe:
@@ -343,7 +348,7 @@ async def refresh_gauges(
         now, sources = engine.clock.now(), list(engine.config.sources)
         try:
             async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-                [row] = await Store.fetch(conn, "due_backlog", {"now": now, "sources": sources})
+                [row] = await queries.due_backlog(conn, now=now, sources=sources)
             metrics.backlog.set(row["due"])
             metrics.backlog_read_at = time.time()
             await metrics.runs.prune(store, sources)

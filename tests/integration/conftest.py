@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
 from tests.integration.engine_support import SECRET, metrics_endpoint
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import psycopg
 
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer, parsed_url
 from tests.builders import cron
 from tests.helpers import leases

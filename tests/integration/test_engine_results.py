@@ -15,7 +15,8 @@ import pytest
 from psycopg import sql
 
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.errors import DatabaseUnavailable
 from reconciler.targets.http import Firer
 from tests.builders import cron

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
 from tests.builders import cron, interval_trigger, task_text
 from tests.helpers import async_wait_until

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
 from tests.builders import cron
 from tests.helpers import async_wait_until, leases

@@ -15,7 +15,8 @@ import pytest
 
 from reconciler.clock import FixedClock
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
 from reconciler.web.metrics import OUTBOX_GAUGES, EngineMetrics
 from tests.builders import cron

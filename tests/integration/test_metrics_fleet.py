@@ -18,7 +18,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from reconciler import __version__
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
 from reconciler.web.metrics import OTHER_TASKS, OUTBOX_GAUGES, Endpoint
 from tests.builders import cron

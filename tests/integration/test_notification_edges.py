@@ -10,7 +10,8 @@ from pathlib import Path
 import psycopg
 
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.notify.events import late_scan
 from tests.builders import write_tasks
 from tests.helpers import async_wait_until

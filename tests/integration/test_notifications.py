@@ -202,7 +202,7 @@ async def test_an_event_that_cannot_be_written_never_costs_a_run_its_result(
 async def test_retention_prunes_old_finished_notifications_and_keeps_pending_ones(
     store: Store, dsn: str, tmp_path: Path
 ) -> None:
-    from reconciler.engine.loop import EngineConfig
+    from reconciler.engine.config import EngineConfig
 
     old, new = NOW - timedelta(days=40), NOW - timedelta(days=1)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -222,7 +222,7 @@ async def test_retention_prunes_old_finished_notifications_and_keeps_pending_one
 async def test_slack_gets_a_readable_message_from_its_secret_url_and_a_refusal_is_final(
     store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
 ) -> None:
-    from reconciler.engine.loop import EngineConfig
+    from reconciler.engine.config import EngineConfig
     from reconciler.targets.http import Firer
 
     url, rec = http

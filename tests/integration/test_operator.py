@@ -12,7 +12,8 @@ from pathlib import Path
 import psycopg
 
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
 from tests.builders import cron, run_reconciler, start_engines, stop, wait_registered
 from tests.helpers import wait_until

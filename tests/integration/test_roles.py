@@ -19,7 +19,8 @@ from psycopg import sql
 from reconciler.clock import utcnow
 from reconciler.db.grants import grants_sql
 from reconciler.db.store import Store
-from reconciler.engine.loop import Engine, EngineConfig
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
 from tests.builders import cli, cron
 from tests.httpserver import Recorder

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.claim import CATCHUP_CAP, ON_TIME_SECONDS, SharedSchedule, decide, due_occurrences
+from reconciler.engine.claim import decide
 from reconciler.schedule.base import Schedule
+from reconciler.schedule.catchup import CATCHUP_CAP, ON_TIME_SECONDS, SharedSchedule, due_occurrences
 from reconciler.spec.task import Policy
 from tests.helpers import schedule
 from tests.unit.test_cron_oracle import EXPRESSIONS, STARTS, ZONES

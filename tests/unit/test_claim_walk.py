@@ -8,7 +8,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.claim import SharedSchedule, due_occurrences
+from reconciler.schedule.catchup import SharedSchedule, due_occurrences
 from reconciler.spec.task import Policy
 from tests.helpers import schedule
 from tests.unit.test_cron_oracle import EXPRESSIONS, STARTS, ZONES

@@ -1,0 +1,135 @@
+"""The queries of `plan` and `apply`, typed: reading what the files were, writing tasks, notifiers and
+the audit row (one function per named statement of queries.sql)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypedDict, cast
+
+from psycopg.types.json import Jsonb
+
+from reconciler.db.store import Conn, Row, Store
+
+
+class ClockRow(TypedDict):
+    now: datetime
+
+
+class LiveRow(TypedDict):
+    revision: str | None
+    applied_at: datetime
+
+
+class UnchangedRow(TypedDict):
+    id: str
+    digest: str
+    spec_hash: str
+    enabled: bool
+    timezone: str
+    moved_from: str | None
+
+
+# The statements a plan's changes write, in batches (see apply.statements_for).
+CHANGE_STATEMENTS = ("task_insert", "task_update", "task_delete", "runs_move", "leases_move")
+
+
+async def applies_live(conn: Conn, *, source: str) -> list[LiveRow]:
+    """The live revision of `source` (its newest apply's); none before its first apply."""
+    return cast(list[LiveRow], await Store.fetch(conn, "applies_live", {"source": source}))
+
+
+async def apply_clock(conn: Conn) -> list[ClockRow]:
+    """The database's clock now (clock_timestamp(), not the transaction's start)."""
+    return cast(list[ClockRow], await Store.fetch(conn, "apply_clock"))
+
+
+async def write_many(conn: Conn, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+    """One change statement (of CHANGE_STATEMENTS) for each parameter set, pipelined (executemany)."""
+    if name not in CHANGE_STATEMENTS:
+        raise ValueError(f"{name!r} is not a change statement")
+    await Store.execute_many(conn, name, params)
+
+
+async def tasks_new_table(conn: Conn) -> None:
+    """The temporary table many creates are copied into (dropped at commit)."""
+    await Store.execute(conn, "tasks_new_table")
+
+
+async def tasks_new_copy(conn: Conn, rows: Iterable[Sequence[Any]]) -> None:
+    """COPY the created tasks' columns (see COPIED in apply.py) into tasks_new."""
+    await Store.copy(conn, "tasks_new_copy", rows)
+
+
+async def tasks_insert_new(conn: Conn, *, now: datetime) -> int:
+    """The tasks copied into tasks_new inserted, created at `now`."""
+    return await Store.execute(conn, "tasks_insert_new", {"now": now})
+
+
+async def tasks_seal(conn: Conn, *, digests: Mapping[str, str]) -> int:
+    """Store the file digests ({id: digest}) on the rows equal to their files that lack it."""
+    return await Store.execute(conn, "tasks_seal", {"digests": Store.jsonb(dict(digests))})
+
+
+async def tasks_unchanged(conn: Conn, *, digests: Jsonb) -> list[UnchangedRow]:
+    """What the files of these digests (a jsonb {id: digest}) parsed to when applied, where still bound."""
+    return cast(list[UnchangedRow], await Store.fetch(conn, "tasks_unchanged", {"digests": digests}))
+
+
+async def tasks_lock(conn: Conn, *, ids: Sequence[str]) -> int:
+    """Lock the task rows `ids` (sorted) for the apply's transaction."""
+    return await Store.execute(conn, "tasks_lock", {"ids": list(ids)})
+
+
+async def notify_state_reset(conn: Conn, *, ids: Sequence[str]) -> int:
+    return await Store.execute(conn, "notify_state_reset", {"ids": list(ids)})
+
+
+async def applies_insert(
+    conn: Conn,
+    *,
+    source: str,
+    revision: str | None,
+    author: str | None,
+    message: str | None,
+    reference: str | None,
+    now: datetime,
+    counts: Jsonb,
+    changes: Jsonb,
+    plan_digest: str,
+) -> int:
+    """The audit row of one apply (`counts` and `changes` as jsonb)."""
+    return await Store.execute(
+        conn,
+        "applies_insert",
+        {
+            "source": source,
+            "revision": revision,
+            "author": author,
+            "message": message,
+            "reference": reference,
+            "now": now,
+            "counts": counts,
+            "changes": changes,
+            "plan_digest": plan_digest,
+        },
+    )
+
+
+async def notifiers_all(conn: Conn) -> list[Row]:
+    """Every stored notifier (source, name, spec, spec_hash), as rows for NotifierRow.from_row."""
+    return await Store.fetch(conn, "notifiers_all")
+
+
+async def notifier_upsert(conn: Conn, *, source: str, name: str, spec: str, spec_hash: str) -> int:
+    params = {"source": source, "name": name, "spec": spec, "spec_hash": spec_hash}
+    return await Store.execute(conn, "notifier_upsert", params)
+
+
+async def notifier_delete(conn: Conn, *, source: str, name: str) -> int:
+    return await Store.execute(conn, "notifier_delete", {"source": source, "name": name})
+
+
+async def notifications_end_deleted(conn: Conn, *, source: str, name: str) -> int:
+    """A deleted notifier's pending notifications end (failed) now."""
+    return await Store.execute(conn, "notifications_end_deleted", {"source": source, "name": name})

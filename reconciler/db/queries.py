@@ -1,0 +1,343 @@
+"""The engine's queries, typed: one function per named statement of queries.sql (keyword parameters,
+typed rows), like procrastinate's JobManager. Only the db/*queries modules name a statement.
+
+`now` is the instant a test injects (`run_once(now)`); production passes None and the statements
+read the database's clock (`COALESCE(%(now)s::timestamptz, now())`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TypedDict, cast
+
+from psycopg import AsyncCursor
+
+from reconciler.db.statements import Statement, pipelined, send
+from reconciler.db.store import Conn, Row, Store
+
+
+class ClockRow(TypedDict):
+    now: datetime
+
+
+class LostRow(TypedDict):
+    id: int
+    task_id: str
+    scheduled_for: datetime
+    error: str | None
+    notify: Any  # the task's stored `notify` JSON
+
+
+class DueRow(TypedDict):
+    id: str
+    spec_key: int  # the 64-bit hash of the stored spec text
+    next_run_at: datetime
+
+
+class QueuedRow(TypedDict):
+    run_id: int
+    task_id: str
+    scheduled_for: datetime
+    spec_text: str
+    spec_key: int
+
+
+class SpecKeyRow(TypedDict):
+    id: str
+    spec_key: int
+
+
+class SpecRow(TypedDict):
+    id: str
+    spec_text: str
+    spec_key: int
+
+
+class HeldRow(TypedDict):
+    task_id: str
+    held: int
+
+
+class InsertedRow(TypedDict):
+    id: int
+    n: int  # its place (from 1) in runs_insert's arrays
+
+
+class HeartbeatRow(TypedDict):
+    database_now: datetime
+
+
+class NearestRow(TypedDict):
+    next_run_at: datetime | None
+    now: datetime
+    queued: bool
+
+
+class LeaderRow(TypedDict):
+    engine_id: str
+
+
+def _rows(rows: list[Row]) -> Any:
+    """Rows as the TypedDict the caller declares (the statement's columns)."""
+    return rows
+
+
+# ------------------------------------------------------------ the claim
+
+
+async def claim_first(
+    conn: Conn, *, now: datetime | None, batch: int, sources: Sequence[str]
+) -> tuple[list[ClockRow], list[LostRow], list[DueRow], list[QueuedRow]]:
+    """The claim's first round trip: the clock, the runs found lost, the due tasks and the queued manual runs."""
+    scope = {"now": now, "batch": batch, "sources": list(sources)}
+    clock, lost, due, queued = await pipelined(
+        conn,
+        [
+            Statement("clock_now", scope),
+            Statement("runs_mark_lost", scope),
+            Statement("claim_due", scope),
+            Statement("claim_queued", scope),
+        ],
+    )
+    return _rows(clock), _rows(lost), _rows(due), _rows(queued)
+
+
+async def claim_locks(
+    conn: Conn, *, ids: Sequence[str], now: datetime, finished: Sequence[int], cold: Sequence[str]
+) -> tuple[list[HeldRow], list[SpecRow]]:
+    """The claim's second round trip: lock the tasks `ids`, count their live leases (not those of runs
+    `finished`), and read the specs of tasks `cold` (none when empty)."""
+    fetch = [Statement("tasks_specs", {"ids": list(cold)})] if cold else []
+    _, leases, *fetched = await pipelined(
+        conn,
+        [
+            Statement("lock_tasks", {"ids": list(ids)}),
+            Statement("leases_held", {"ids": list(ids), "now": now, "finished": list(finished)}),
+            *fetch,
+        ],
+    )
+    return _rows(leases), _rows([row for rows in fetched for row in rows])
+
+
+def runs_insert(
+    *,
+    engine_id: str,
+    now: datetime,
+    task_ids: list[str],
+    scheduled: list[datetime],
+    kinds: list[str],
+    statuses: list[str],
+    errors: list[str | None],
+    lease_ids: list[str],
+    lease_seconds: list[float],
+) -> Statement:
+    """Insert run rows (an occurrence recorded already is not) and the leases of those running;
+    its rows are InsertedRow."""
+    return Statement(
+        "runs_insert",
+        {
+            "engine_id": engine_id,
+            "now": now,
+            "task_ids": task_ids,
+            "scheduled": scheduled,
+            "kinds": kinds,
+            "statuses": statuses,
+            "errors": errors,
+            "lease_ids": lease_ids,
+            "lease_seconds": lease_seconds,
+        },
+    )
+
+
+def runs_start_manual(*, run_id: int, status: str, engine_id: str, now: datetime, error: str | None) -> Statement:
+    return Statement(
+        "runs_start_manual", {"run_id": run_id, "status": status, "engine_id": engine_id, "now": now, "error": error}
+    )
+
+
+def leases_insert(
+    *, engine_id: str, now: datetime, task_ids: list[str], run_ids: list[int], seconds: list[float]
+) -> Statement:
+    return Statement(
+        "leases_insert",
+        {"engine_id": engine_id, "now": now, "task_ids": task_ids, "run_ids": run_ids, "seconds": seconds},
+    )
+
+
+def tasks_advance(*, ids: list[str], nexts: list[datetime | None]) -> Statement:
+    return Statement("tasks_advance", {"ids": ids, "nexts": nexts})
+
+
+async def tasks_due_before(conn: Conn, *, until: datetime, limit: int, sources: Sequence[str]) -> list[SpecKeyRow]:
+    scope = {"until": until, "limit": limit, "sources": list(sources)}
+    return cast(list[SpecKeyRow], await Store.fetch(conn, "tasks_due_before", scope))
+
+
+async def tasks_specs(conn: Conn, *, ids: Sequence[str]) -> list[SpecRow]:
+    return cast(list[SpecRow], await Store.fetch(conn, "tasks_specs", {"ids": list(ids)}))
+
+
+# ------------------------------------------------------------ results
+
+
+async def run_attempt(
+    conn: Conn,
+    *,
+    run_id: int,
+    attempt: int,
+    started_at: datetime | None,
+    http_status: int | None,
+    error: str | None,
+    duration_ms: int | None,
+    excerpt: str | None,
+) -> int:
+    """One attempt's progress on its run's row (between retries)."""
+    return await Store.execute(
+        conn,
+        "run_attempt",
+        {
+            "run_id": run_id,
+            "attempt": attempt,
+            "started_at": started_at,
+            "http_status": http_status,
+            "error": error,
+            "duration_ms": duration_ms,
+            "excerpt": excerpt,
+        },
+    )
+
+
+async def finish_runs(
+    conn: Conn,
+    *,
+    run_ids: list[int],
+    statuses: list[str],
+    attempts: list[int],
+    started: list[datetime | None],
+    finished: list[datetime],
+    http: list[int | None],
+    errors: list[str | None],
+    durations: list[int | None],
+    excerpts: list[str | None],
+) -> None:
+    """Queue, in a pipelined transaction, the results of runs, their leases' release, and the NOTIFY of
+    a freed slot: sent with its COMMIT."""
+    columns = {
+        "run_ids": run_ids,
+        "statuses": statuses,
+        "attempts": attempts,
+        "started": started,
+        "finished": finished,
+        "http": http,
+        "errors": errors,
+        "durations": durations,
+        "excerpts": excerpts,
+    }
+    ids = {"run_ids": run_ids}
+    await send(
+        conn,
+        [
+            Statement("runs_finish_many", columns),
+            Statement("leases_release_many", ids),
+            Statement("runs_finish_notify", ids),
+        ],
+    )
+
+
+# ------------------------------------------------------------ upkeep
+
+
+async def runs_prune_keep(conn: Conn, *, batch: int, sources: Sequence[str]) -> int:
+    """At most `batch` finished runs beyond their task's policy.keep_runs deleted; how many."""
+    return await Store.execute(conn, "runs_prune_keep", {"batch": batch, "sources": list(sources)})
+
+
+async def runs_prune_age(conn: Conn, *, before: datetime, batch: int, sources: Sequence[str]) -> int:
+    """At most `batch` runs finished before `before` deleted; how many."""
+    return await Store.execute(conn, "runs_prune_age", {"before": before, "batch": batch, "sources": list(sources)})
+
+
+async def notifications_prune_age(conn: Conn, *, before: datetime, batch: int, sources: Sequence[str]) -> int:
+    """At most `batch` delivered or given-up notifications created before `before` deleted; how many."""
+    params = {"before": before, "batch": batch, "sources": list(sources)}
+    return await Store.execute(conn, "notifications_prune_age", params)
+
+
+async def engine_heartbeat(
+    conn: Conn, *, engine_id: str, host: str, pid: int, now: datetime | None
+) -> list[HeartbeatRow]:
+    params = {"engine_id": engine_id, "host": host, "pid": pid, "now": now}
+    return cast(list[HeartbeatRow], await Store.fetch(conn, "engine_heartbeat", params))
+
+
+async def engine_gone(conn: Conn, *, engine_id: str) -> int:
+    return await Store.execute(conn, "engine_gone", {"engine_id": engine_id})
+
+
+async def nearest_due(conn: Conn, *, now: datetime | None, sources: Sequence[str]) -> list[NearestRow]:
+    return cast(list[NearestRow], await Store.fetch(conn, "nearest_due", {"now": now, "sources": list(sources)}))
+
+
+async def leader_take(conn: Conn, *, name: str, engine_id: str, seconds: float) -> list[LeaderRow]:
+    """A row when this engine holds (took or renewed) the lease `name`; none when another does."""
+    params = {"name": name, "engine_id": engine_id, "seconds": seconds}
+    return cast(list[LeaderRow], await Store.fetch(conn, "leader_take", params))
+
+
+# ------------------------------------------------------------ metrics
+
+
+class BacklogRow(TypedDict):
+    due: int
+
+
+class HealthRow(TypedDict):
+    id: str
+    next_run_at: datetime | None
+    last_success: datetime | None
+    failing: bool | None
+
+
+class EngineSeenRow(TypedDict):
+    engine_id: str
+    last_seen: datetime
+
+
+class OutboxHealthRow(TypedDict):
+    pending: int
+    failed: int
+    oldest_due_seconds: float
+
+
+class IdRow(TypedDict):
+    id: str
+
+
+async def due_backlog(conn: Conn, *, now: datetime | None, sources: Sequence[str]) -> list[BacklogRow]:
+    return cast(list[BacklogRow], await Store.fetch(conn, "due_backlog", {"now": now, "sources": list(sources)}))
+
+
+async def task_health(conn: Conn, *, now: datetime | None, sources: Sequence[str], limit: int) -> list[HealthRow]:
+    params = {"now": now, "sources": list(sources), "limit": limit}
+    return cast(list[HealthRow], await Store.fetch(conn, "task_health", params))
+
+
+async def engines_seen(conn: Conn, *, now: datetime | None) -> list[EngineSeenRow]:
+    return cast(list[EngineSeenRow], await Store.fetch(conn, "engines_seen", {"now": now}))
+
+
+async def notifications_health(conn: Conn, *, now: datetime, sources: Sequence[str]) -> list[OutboxHealthRow]:
+    params = {"now": now, "sources": list(sources)}
+    return cast(list[OutboxHealthRow], await Store.fetch(conn, "notifications_health", params))
+
+
+async def tasks_present(conn: Conn, *, ids: Sequence[str], sources: Sequence[str]) -> list[IdRow]:
+    """Which of `ids` are tasks of `sources` (a jsonb array: psycopg adapts long text arrays slowly)."""
+    params = {"ids": Store.jsonb(list(ids)), "sources": list(sources)}
+    return cast(list[IdRow], await Store.fetch(conn, "tasks_present", params))
+
+
+async def inserted_rows(cursor: AsyncCursor[Row]) -> list[InsertedRow]:
+    """runs_insert's rows, from its cursor once the claim's transaction has committed."""
+    return cast(list[InsertedRow], await cursor.fetchall())

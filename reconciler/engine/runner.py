@@ -1,0 +1,88 @@
+"""Running one claimed run: fire it (targets/http.py), queue its result for the writer (results.py),
+log it and tell the observers. Whatever goes wrong is that run's `failed` result; the engine goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from reconciler.clock import Clock, utc_iso, utc_text
+from reconciler.db import queries
+from reconciler.db.store import Store
+from reconciler.engine.claim import Claimed, Report
+from reconciler.engine.results import Results, attempt_params
+from reconciler.notify.events import Ended, ended_of
+from reconciler.targets.http import Attempt, Firer, Outcome
+
+log = logging.getLogger("reconciler.engine")
+
+
+class Observer(Protocol):
+    """Told of every claim and every finished run (metrics, `up`'s run lines)."""
+
+    def claimed(self, report: Report) -> None: ...
+
+    def finished(self, claimed: Claimed, outcome: Outcome) -> None: ...
+
+
+async def execute(
+    claimed: Claimed, *, store: Store, firer: Firer, results: Results, clock: Clock, observers: Sequence[Observer]
+) -> Outcome:
+    """Fire one claimed run and queue its result; whatever goes wrong is this run's `failed` result."""
+
+    async def on_attempt(attempt: Attempt) -> None:
+        with contextlib.suppress(Exception):  # progress only; the final result is written anyway
+            async with store.connection() as conn:
+                await queries.run_attempt(conn, **attempt_params(claimed.run_id, attempt))
+
+    # Progress is written between attempts: a run of one attempt has none to write.
+    progress = on_attempt if claimed.spec.policy.retries else None
+    try:
+        outcome = await firer.fire(
+            claimed.task_id, claimed.spec, claimed.scheduled_for, progress, claimed.deadline, claimed.key
+        )
+    except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
+        log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__, exc_info=True)
+        outcome = Outcome("failed", [Attempt(1, error=f"engine error while firing: {type(exc).__name__}")])
+    result = {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status}
+    result["finished_at"] = clock.now()
+    if claimed.spec.notify is not None and (found := ended_of(claimed.spec, None)):
+        detail = {
+            "http_status": outcome.last.http_status,
+            "error": result["error"],
+            "attempt": outcome.last.attempt,
+        }
+        result["ended"] = Ended(claimed.task_id, claimed.run_id, claimed.scheduled_for, outcome.status, *found, detail)
+    results.add(result)
+    last = outcome.last
+    log.log(
+        logging.INFO if outcome.status == "succeeded" else logging.WARNING,
+        "run %s (%s %s, run %d) %s: %s, attempt %d, %d ms",
+        claimed.task_id,
+        claimed.kind,
+        utc_text(claimed.scheduled_for),
+        claimed.run_id,
+        outcome.status,
+        last.error or f"HTTP {last.http_status}",
+        last.attempt,
+        last.duration_ms or 0,
+        extra={
+            "fields": {
+                "task_id": claimed.task_id,
+                "scheduled_for": utc_iso(claimed.scheduled_for),
+                "run_id": claimed.run_id,
+                "kind": claimed.kind,
+                "status": outcome.status,
+                "attempt": outcome.last.attempt,
+                "http_status": outcome.last.http_status,
+                "duration_ms": outcome.last.duration_ms,
+                "error": outcome.last.error,
+            }
+        },
+    )
+    for observer in observers:
+        observer.finished(claimed, outcome)
+    return outcome

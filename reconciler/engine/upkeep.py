@@ -1,0 +1,146 @@
+"""An engine's upkeep beside its claims: the heartbeat (and this machine's clock against the database's),
+retention of the run history and the outbox, and the fleet's late scan (on the engine leading it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from reconciler.clock import Clock, DatabaseClock, statement_now, utcnow
+from reconciler.db import queries
+from reconciler.db.store import DB_FAULTS, Conn, Store
+from reconciler.engine.config import EngineConfig
+from reconciler.engine.leader import leader_only
+from reconciler.errors import one_line
+from reconciler.notify.events import late_scan
+
+log = logging.getLogger("reconciler.engine")
+
+
+class Upkeep:
+    """The heartbeat, the pruner and the late scan of one engine; `clock` gives the engine's clock
+    (read at each use: a test may set another)."""
+
+    def __init__(self, store: Store, config: EngineConfig, clock: Callable[[], Clock]) -> None:
+        self.store = store
+        self.config = config
+        self._clock = clock
+        self.clock_off = False  # the last heartbeat found this machine's clock past max_clock_offset
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock()
+
+    def start(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """The upkeep tasks, running until `stop` (or cancelled)."""
+        return [
+            asyncio.create_task(self.every(stop, self.config.heartbeat_seconds, self.heartbeat, "heartbeat")),
+            asyncio.create_task(
+                self.every(
+                    stop,
+                    self.config.prune_seconds,
+                    lambda: self.prune_runs(self.clock.now()),
+                    "pruning the run history",
+                )
+            ),
+            asyncio.create_task(
+                self.every(
+                    stop,
+                    self.config.heartbeat_seconds,
+                    leader_only(
+                        self.store,
+                        self.config.engine_id,
+                        "late scan",
+                        lambda: late_scan(self.store, statement_now(self.clock)),
+                        3 * self.config.heartbeat_seconds,
+                    ),
+                    "late scan",
+                )
+            ),
+        ]
+
+    async def prune_runs(self, now: datetime, max_batches: int | None = None) -> int:
+        """One pass over the run history: delete finished runs beyond `policy.keep_runs` per task and
+        older than `keep_runs_days` (delivered and given-up notifications too), `prune_batch` rows at a
+        time until none is left (or `max_batches`).
+
+        Only the runs of the engine's sources (`engine --source`; every source when none is given).
+        Sized to the backlog, so retention keeps up with any rate of runs, and gentle: each batch is
+        a short transaction locking only the rows it deletes (replicas pruning by age at once skip
+        each other's), and the pass rests as long as each batch took, so it takes at most half of
+        one database backend beside the claims."""
+        batch, sources = self.config.prune_batch, self.config.sources
+        rules: list[Callable[[Conn], Awaitable[int]]] = [
+            lambda conn: queries.runs_prune_keep(conn, batch=batch, sources=sources)
+        ]
+        if self.config.keep_runs_days is not None:
+            before = now - timedelta(days=self.config.keep_runs_days)
+            rules += [
+                lambda conn: queries.runs_prune_age(conn, before=before, batch=batch, sources=sources),
+                lambda conn: queries.notifications_prune_age(conn, before=before, batch=batch, sources=sources),
+            ]
+        deleted = 0
+        for rule in rules:
+            for _ in itertools.count() if max_batches is None else range(max_batches):
+                started = time.monotonic()
+                async with self.store.connection() as conn:
+                    count = await rule(conn)
+                deleted += count
+                if count < batch:
+                    break
+                await asyncio.sleep(time.monotonic() - started)
+        if deleted:
+            log.info("pruned %d finished run(s) and notification(s)", deleted, extra={"fields": {"pruned": deleted}})
+        return deleted
+
+    async def every(
+        self, stop: asyncio.Event, seconds: float, work: Callable[[], Awaitable[object]], what: str
+    ) -> None:
+        """`work` now and then every `seconds` until `stop`, beside serve()'s claims (the heartbeat,
+        the pruner): what fails is tried again next time; a database away is the claim loop's to report."""
+        while not stop.is_set():
+            try:
+                await work()
+            except DB_FAULTS:
+                pass
+            except Exception as exc:  # not the database: a bug, logged with its stack
+                log.warning("%s failed (%s); next try in %g s", what, one_line(exc), seconds, exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+    async def heartbeat(self) -> None:
+        """Say this engine is alive (by the database's clock), and measure this machine's clock against it."""
+        host, pid, now = socket.gethostname(), os.getpid(), statement_now(self.clock)
+        async with self.store.connection() as conn:
+            sent = utcnow()
+            [row] = await queries.engine_heartbeat(conn, engine_id=self.config.engine_id, host=host, pid=pid, now=now)
+            received = utcnow()
+        if isinstance(self.clock, DatabaseClock):
+            self.check_offset(self.clock.measure(sent, row["database_now"], received))
+
+    def check_offset(self, offset: float) -> None:
+        """A warning when this machine's clock goes further off the database's than max_clock_offset (and a
+        line when it is back): nothing fires early or late for it, but this host's own timestamps are off."""
+        bound = self.config.max_clock_offset
+        off = abs(offset) > bound
+        if off and not self.clock_off:
+            log.warning(
+                "this machine's clock is %.1f s %s the database's (more than --max-clock-offset %g s): the "
+                "database's clock decides what is due, so nothing fires early or late, but timestamps this host "
+                "writes outside reconciler (and its logs' times) are off by as much; check its time sync (NTP)",
+                abs(offset),
+                "behind" if offset > 0 else "ahead of",
+                bound,
+                extra={"fields": {"clock_offset_seconds": round(offset, 3)}},
+            )
+        elif self.clock_off and not off:
+            log.info("this machine's clock is back within %g s of the database's (%+.3f s)", bound, offset)
+        self.clock_off = off
