@@ -17,6 +17,7 @@ from reconciler.cli.options import DatabaseOptions, parse_instant
 from reconciler.cli.runtime import with_store
 from reconciler.clock import local_text, utc_text
 from reconciler.db import command_queries
+from reconciler.db.command_queries import History
 from reconciler.db.embedded import database_label, home_for, stop_embedded
 from reconciler.db.grants import grants_sql
 from reconciler.db.store import Conn, Row, Store, TaskRow
@@ -255,15 +256,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 async def listing(
-    conn: Conn, query: str, task_id: str | None, status: str | None, limit: int
+    conn: Conn, of: History, task_id: str | None, status: str | None, limit: int
 ) -> tuple[list[Row], bool]:
-    """The rows of a history `query` (`runs_list`, `notifications_list`), and whether `task_id` is known:
+    """The rows of a history (the runs, or the notifications), and whether `task_id` is known:
     a deleted task's history stays, so an id is known if a task or any row of that history has it."""
-    rows = await command_queries.history(conn, query, task_id=task_id, status=status, limit=limit)
+    rows = await command_queries.history(conn, of, task_id=task_id, status=status, limit=limit)
     if rows or task_id is None:
         return rows, True
     known = bool(await command_queries.task_get(conn, id=task_id)) or bool(
-        await command_queries.history(conn, query, task_id=task_id, status=None, limit=1)
+        await command_queries.history(conn, of, task_id=task_id, status=None, limit=1)
     )
     return rows, known
 
@@ -302,7 +303,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> tuple[list[Row], bool]:
         async with store.reading() as conn:
-            rows, known = await listing(conn, "runs_list", args.id, args.status, args.limit)
+            rows, known = await listing(conn, "runs", args.id, args.status, args.limit)
             return await with_notifications(conn, rows), known
 
     found, known = with_store(DatabaseOptions.of(args), work)
@@ -341,7 +342,7 @@ def cmd_notifications(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> tuple[list[Row], bool]:
         async with store.reading() as conn:
-            return await listing(conn, "notifications_list", args.task, args.status, args.limit)
+            return await listing(conn, "notifications", args.task, args.status, args.limit)
 
     found, known = with_store(DatabaseOptions.of(args), work)
     if not known:

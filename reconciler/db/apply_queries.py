@@ -3,9 +3,9 @@ the audit row (one function per named statement of queries.sql)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 from psycopg.types.json import Jsonb
 
@@ -30,10 +30,6 @@ class UnchangedRow(TypedDict):
     moved_from: str | None
 
 
-# The statements a plan's changes write, in batches (see apply.statements_for).
-CHANGE_STATEMENTS = ("task_insert", "task_update", "task_delete", "runs_move", "leases_move")
-
-
 async def applies_live(conn: Conn, *, source: str) -> list[LiveRow]:
     """The live revision of `source` (its newest apply's); none before its first apply."""
     return cast(list[LiveRow], await Store.fetch(conn, "applies_live", {"source": source}))
@@ -42,28 +38,6 @@ async def applies_live(conn: Conn, *, source: str) -> list[LiveRow]:
 async def apply_clock(conn: Conn) -> list[ClockRow]:
     """The database's clock now (clock_timestamp(), not the transaction's start)."""
     return cast(list[ClockRow], await Store.fetch(conn, "apply_clock"))
-
-
-async def write_many(conn: Conn, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-    """One change statement (of CHANGE_STATEMENTS) for each parameter set, pipelined (executemany)."""
-    if name not in CHANGE_STATEMENTS:
-        raise ValueError(f"{name!r} is not a change statement")
-    await Store.execute_many(conn, name, params)
-
-
-async def tasks_new_table(conn: Conn) -> None:
-    """The temporary table many creates are copied into (dropped at commit)."""
-    await Store.execute(conn, "tasks_new_table")
-
-
-async def tasks_new_copy(conn: Conn, rows: Iterable[Sequence[Any]]) -> None:
-    """COPY the created tasks' columns (see COPIED in apply.py) into tasks_new."""
-    await Store.copy(conn, "tasks_new_copy", rows)
-
-
-async def tasks_insert_new(conn: Conn, *, now: datetime) -> int:
-    """The tasks copied into tasks_new inserted, created at `now`."""
-    return await Store.execute(conn, "tasks_insert_new", {"now": now})
 
 
 async def tasks_seal(conn: Conn, *, digests: Mapping[str, str]) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TypedDict, cast
+from typing import Literal, TypedDict, cast
 
 from reconciler.db.store import Conn, Row, Store
 
@@ -112,11 +112,13 @@ async def runs_between(conn: Conn, *, task_id: str, lo: datetime, hi: datetime) 
     return await Store.fetch(conn, "runs_between", {"task_id": task_id, "lo": lo, "hi": hi})
 
 
-async def history(conn: Conn, query: str, *, task_id: str | None, status: str | None, limit: int) -> list[Row]:
-    """The rows of a history (`runs_list` or `notifications_list`), newest first."""
-    if query not in ("runs_list", "notifications_list"):
-        raise ValueError(f"{query!r} is not a history")
-    return await Store.fetch(conn, query, {"task_id": task_id, "status": status, "limit": limit})
+History = Literal["runs", "notifications"]
+
+
+async def history(conn: Conn, of: History, *, task_id: str | None, status: str | None, limit: int) -> list[Row]:
+    """The rows of a history (the runs, or the notifications), newest first."""
+    params = {"task_id": task_id, "status": status, "limit": limit}
+    return await Store.fetch(conn, "runs_list" if of == "runs" else "notifications_list", params)
 
 
 async def notifications_readable(conn: Conn) -> list[ReadableRow]:

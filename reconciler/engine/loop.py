@@ -32,8 +32,8 @@ from reconciler.engine.runner import Observer, execute
 from reconciler.engine.upkeep import Upkeep
 from reconciler.errors import one_line
 from reconciler.notify.delivery import Deliverer
+from reconciler.spec.backoff import backoff_delay
 from reconciler.spec.environment import EnvPolicy
-from reconciler.targets.backoff import backoff_delay
 from reconciler.targets.http import Firer, Outcome
 
 __all__ = ["Engine", "EngineConfig", "Observer", "back_off", "default_engine_id"]

@@ -21,10 +21,10 @@ from reconciler.db import notify_queries
 from reconciler.db.notify_queries import NotificationRow
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.errors import one_line
+from reconciler.spec.backoff import backoff_delay
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier, WebhookNotifier, parse_spec
 from reconciler.spec.target import Target
-from reconciler.targets.backoff import backoff_delay
 from reconciler.targets.http import Attempt, Firer
 
 log = logging.getLogger("reconciler.engine")

@@ -16,6 +16,7 @@ from typing import Any
 
 from reconciler.db import apply_queries
 from reconciler.db.store import Conn, Store, TaskRow
+from reconciler.db.task_writes import TaskValues, TaskWrites
 from reconciler.errors import UserError
 from reconciler.files.notifiers import Notifiers
 from reconciler.files.tasks import LoadResult, Stored, Task, read_files
@@ -93,17 +94,10 @@ def judge(plan: Plan, rows: list[TaskRow], live: LiveRevision | None, options: A
     return plan
 
 
-def _row_values(task: Task, next_run_at: datetime | None, now: datetime) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "spec": task.canonical,  # JSON text, made once for spec_hash: PostgreSQL reads it as jsonb
-        "spec_hash": task.spec_hash,
-        "enabled": task.enabled,
-        "timezone": task.timezone,
-        "next_run_at": next_run_at,
-        "now": now,
-        "digest": task.digest,
-    }
+def _values(task: Task, next_run_at: datetime | None) -> TaskValues:
+    return TaskValues(
+        task.id, task.canonical, task.spec_hash, task.enabled, task.timezone, next_run_at, task.digest
+    )
 
 
 def keeps_next_run(change: Change) -> bool:
@@ -121,46 +115,31 @@ def next_run_for(change: Change, now: datetime) -> datetime | None:
     return task.schedule.next_fire_time(now)
 
 
-def statements_for(change: Change, source: str, now: datetime) -> list[tuple[str, dict[str, Any]]]:
-    """One change as (query name, parameters) pairs."""
+def add_writes(writes: TaskWrites, change: Change, source: str, now: datetime) -> None:
+    """One change's rows into the writes of its phase."""
     if change.op == "delete":
-        return [("task_delete", {"id": change.id})]
+        writes.delete(change.id)
+        return
     assert change.task is not None
-    values = _row_values(change.task, next_run_for(change, now), now)
+    values = _values(change.task, next_run_for(change, now))
     if change.op == "create":
-        return [("task_insert", {**values, "source": source})]
+        writes.create(values, source)
+        return
     assert change.row is not None
-    out = [("task_update", {**values, "old_id": change.row.id, "keep_next": keeps_next_run(change)})]
+    writes.update(values, change.row.id, keeps_next_run(change))
     if change.op == "move":
-        ids = {"id": change.id, "old_id": change.row.id}
-        out += [("runs_move", ids), ("leases_move", ids)]
-    return out
-
-
-# From this many creates on (a first apply), they go by COPY into a temporary table and one
-# INSERT … SELECT: 1.5× faster than batched inserts at 10,000 rows here (issue 13's anchor: 1.3–1.8×).
-COPY_CREATES = 50
-COPIED = ("id", "source", "spec", "spec_hash", "enabled", "timezone", "next_run_at", "revision", "digest")
+        writes.move_history(change.id, change.row.id)
 
 
 async def write_changes(conn: Conn, changes: list[Change], source: str, now: datetime, rev: str | None) -> None:
     """All writes of a plan, batched per statement (executemany pipelines them; many creates are copied)."""
     # Deletes first: a moved or re-created id may reuse a freed primary key.
     for phase in ("delete", "update", "move", "create"):
-        batches: dict[str, list[dict[str, Any]]] = {}
+        writes = TaskWrites(now, rev)
         for change in changes:
             if change.op == phase:
-                for name, params in statements_for(change, source, now):
-                    if name in ("task_insert", "task_update"):
-                        params = {**params, "revision": rev}
-                    batches.setdefault(name, []).append(params)
-        for name, params_list in batches.items():
-            if name == "task_insert" and len(params_list) >= COPY_CREATES:
-                await apply_queries.tasks_new_table(conn)
-                await apply_queries.tasks_new_copy(conn, ([params[key] for key in COPIED] for params in params_list))
-                await apply_queries.tasks_insert_new(conn, now=now)
-            else:
-                await apply_queries.write_many(conn, name, params_list)
+                add_writes(writes, change, source, now)
+        await writes.flush(conn)
 
 
 def state_resets(changes: list[Change]) -> list[str]:

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
+from reconciler.spec.backoff import backoff_total
 from reconciler.spec.model import Model
 from reconciler.spec.target import Target
 from reconciler.spec.trigger import Trigger
@@ -44,11 +45,6 @@ class Policy(Model):
         return backoff_total(self.retries, self.retry_backoff_seconds)
 
     cross_checks = ((("retries", "retry_backoff_seconds"), lambda v: _retry_wait_problem(**v)),)
-
-
-def backoff_total(retries: int, backoff: float) -> float:
-    """Every backoff wait of one run together: `backoff × (2^retries − 1)`."""
-    return float(backoff) * float(2**retries - 1)
 
 
 def _retry_wait_problem(retries: int, retry_backoff_seconds: float) -> str | None:

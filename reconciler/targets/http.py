@@ -24,11 +24,11 @@ import aiohttp
 import yarl
 
 from reconciler.clock import DATABASE, utc_iso, utc_stamp
+from reconciler.spec.backoff import backoff_delay
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.target import HEADER_VALUE, BasicAuth, BearerAuth, OAuth2ClientCredentials, Target
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import EnvRef
-from reconciler.targets.backoff import backoff_delay
 from reconciler.targets.secrets import EnvProblem, RunSecrets
 
 EXCERPT_BYTES = 1024

@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reconciler.db import task_writes
 from reconciler.db.store import Store
-from reconciler.files import tasks as loader
+from reconciler.files import digests as loader
 from reconciler.files.tasks import LoadResult, load_dir
 from reconciler.output.planview import plan_json, plan_markdown, plan_text
-from reconciler.reconcile import apply
 from reconciler.reconcile.apply import PlanRefused, apply_tasks, load_files, read_plan
 from reconciler.reconcile.plan import Plan
 from tests.builders import cron_trigger, task_text, write_tasks
@@ -320,12 +320,12 @@ async def test_copy_apply_writes_the_rows_batched_inserts_write(
     store: Store, dsn: str, tmp_path: Path, test_server: SuiteServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "tasks.d"
-    count = apply.COPY_CREATES + 10
+    count = task_writes.COPY_CREATES + 10
     for index in range(count):
         write_tasks(root, {f"t/{index:03d}": cron(f"{index % 60} * * * *") if index % 2 else FILES["team/c"]})
     write_tasks(root, {"d": FILES["d"]})  # disabled: next_run_at NULL
     assert await apply_files(store, root) == count + 1
-    monkeypatch.setattr(apply, "COPY_CREATES", 10**9)
+    monkeypatch.setattr(task_writes, "COPY_CREATES", 10**9)
     async with twin(test_server) as (batched, batched_dsn):
         assert await apply_files(batched, root) == count + 1
         copied, inserted = all_rows(dsn), all_rows(batched_dsn)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler.targets.backoff import backoff_delay
+from reconciler.spec.backoff import backoff_delay
 
 
 def test_doubles_from_the_base() -> None:
