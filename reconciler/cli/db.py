@@ -10,14 +10,16 @@ import asyncio
 import json
 import math
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any, Literal, overload
 from zoneinfo import ZoneInfo
 
 from reconciler.cli.options import DatabaseOptions, parse_instant
 from reconciler.cli.runtime import with_store
 from reconciler.clock import local_text, utc_text
 from reconciler.db import command_queries
-from reconciler.db.command_queries import History
+from reconciler.db.command_queries import ApplyRow, EngineRow, History, LiveSourceRow, OutboxRow, RunRow, StatusRow
 from reconciler.db.embedded import database_label, home_for, stop_embedded
 from reconciler.db.grants import grants_sql
 from reconciler.db.store import Conn, Row, Store, TaskRow
@@ -63,7 +65,7 @@ def _local(moment: datetime | None, zone: str, machine: bool = False) -> str | N
 def cmd_status(args: argparse.Namespace) -> int:
     database = DatabaseOptions.of(args)
 
-    async def work(store: Store) -> tuple[list[Row], list[Row], list[Row], datetime]:
+    async def work(store: Store) -> tuple[list[StatusRow], list[EngineRow], list[LiveSourceRow], datetime]:
         async with store.reading() as conn:
             rows = await command_queries.status_rows(conn)
             engines = await command_queries.engines_live(conn, seconds=float(ENGINE_LIVE_SECONDS))
@@ -118,7 +120,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     """The applies, newest first (only those that changed ID, when given)."""
 
-    async def work(store: Store) -> list[Row]:
+    async def work(store: Store) -> list[ApplyRow]:
         async with store.reading() as conn:
             params = {"source": None, "task_id": args.id, "limit": args.limit}
             return await command_queries.applies_list(conn, **params)
@@ -244,8 +246,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
                     "`reconciler apply` restores it"
                 ) from None
             lo, hi = span(shown, at)
-            runs = await command_queries.runs_between(conn, task_id=args.id, lo=lo, hi=hi)
-            runs = await with_notifications(conn, runs)
+            between = await command_queries.runs_between(conn, task_id=args.id, lo=lo, hi=hi)
+            runs = await with_notifications(conn, between)
         task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
         lines = explain(task, shown, runs, at, now)
         changed = row["revision"] or "unknown (applied without a revision)"
@@ -255,9 +257,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@overload
+async def listing(
+    conn: Conn, of: Literal["runs"], task_id: str | None, status: str | None, limit: int
+) -> tuple[list[RunRow], bool]: ...
+
+
+@overload
+async def listing(
+    conn: Conn, of: Literal["notifications"], task_id: str | None, status: str | None, limit: int
+) -> tuple[list[OutboxRow], bool]: ...
+
+
 async def listing(
     conn: Conn, of: History, task_id: str | None, status: str | None, limit: int
-) -> tuple[list[Row], bool]:
+) -> tuple[list[RunRow] | list[OutboxRow], bool]:
     """The rows of a history (the runs, or the notifications), and whether `task_id` is known:
     a deleted task's history stays, so an id is known if a task or any row of that history has it."""
     rows = await command_queries.history(conn, of, task_id=task_id, status=status, limit=limit)
@@ -282,12 +296,12 @@ def nothing_recorded(history: str, status: str | None, task_id: str | None) -> s
     return f"no {which}{of} recorded yet"
 
 
-def masked(row: Row, *keys: str) -> Row:
+def masked(row: Mapping[str, Any], *keys: str) -> Row:
     """The row with the free text under `keys` masked (errors and excerpts may quote a credential)."""
     return {**row, **{key: mask_text(row[key]) if row[key] else None for key in keys}}
 
 
-async def with_notifications(conn: Conn, runs: list[Row]) -> list[Row]:
+async def with_notifications(conn: Conn, runs: Sequence[Mapping[str, Any]]) -> list[Row]:
     """Each run with the notifications it caused (errors masked) under `notifications`, in one query for
     all; none where the outbox is missing or unreadable (a database, or a role's grants, from before it)."""
     notes: dict[int, list[Row]] = {}
@@ -340,7 +354,7 @@ NOTIFICATIONS_HEADER = [
 def cmd_notifications(args: argparse.Namespace) -> int:
     """The notification outbox, newest first: what was sent for which task, and how its delivery went."""
 
-    async def work(store: Store) -> tuple[list[Row], bool]:
+    async def work(store: Store) -> tuple[list[OutboxRow], bool]:
         async with store.reading() as conn:
             return await listing(conn, "notifications", args.task, args.status, args.limit)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TypedDict, cast
+from typing import Any, TypedDict, cast
 
 from psycopg.types.json import Jsonb
 
-from reconciler.db.store import Conn, Row, Store
+from reconciler.db.store import Conn, Store
 
 
 class ClockRow(TypedDict):
@@ -28,6 +28,13 @@ class UnchangedRow(TypedDict):
     enabled: bool
     timezone: str
     moved_from: str | None
+
+
+class StoredNotifierRow(TypedDict):
+    source: str
+    name: str
+    spec: Any  # the stored spec (JSON)
+    spec_hash: str
 
 
 async def applies_live(conn: Conn, *, source: str) -> list[LiveRow]:
@@ -90,9 +97,9 @@ async def applies_insert(
     )
 
 
-async def notifiers_all(conn: Conn) -> list[Row]:
-    """Every stored notifier (source, name, spec, spec_hash), as rows for NotifierRow.from_row."""
-    return await Store.fetch(conn, "notifiers_all")
+async def notifiers_all(conn: Conn) -> list[StoredNotifierRow]:
+    """Every stored notifier, as rows for NotifierRow.from_row."""
+    return cast(list[StoredNotifierRow], await Store.fetch(conn, "notifiers_all"))
 
 
 async def notifier_upsert(conn: Conn, *, source: str, name: str, spec: str, spec_hash: str) -> int:

@@ -1,16 +1,14 @@
 """The read and run commands' queries, typed (status, history, runs, notifications, trigger, cancel,
-explain): one function per named statement of queries.sql.
-
-Rows that the commands pass on whole to their renderers (which take any row) stay plain `Row`s.
+explain): one function per named statement of queries.sql, each row a TypedDict of its SELECT's columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast, overload
 
-from reconciler.db.store import Conn, Row, Store
+from reconciler.db.store import Conn, Store
 
 
 class ClockRow(TypedDict):
@@ -40,13 +38,109 @@ class RunRow(TypedDict):
     status: str
     attempt: int
     engine_id: str | None
-    claimed_at: datetime | None
+    claimed_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
     http_status: int | None
     error: str | None
     duration_ms: int | None
     response_excerpt: str | None
+
+
+class StatusRow(TypedDict):
+    """A task (as tasks_all's columns) with its newest run's; the last_* are None before its first run."""
+
+    id: str
+    source: str
+    spec_text: str
+    spec_hash: str
+    enabled: bool
+    timezone: str
+    next_run_at: datetime | None
+    version: str
+    tampered: bool | None
+    last_status: str | None
+    last_scheduled_for: datetime | None
+    last_finished_at: datetime | None
+
+
+class EngineRow(TypedDict):
+    engine_id: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_seen: datetime
+
+
+class LiveSourceRow(TypedDict):
+    source: str
+    revision: str | None
+    applied_at: datetime
+    author: str | None
+
+
+class ApplyRow(TypedDict):
+    id: int
+    source: str
+    revision: str | None
+    author: str | None
+    message: str | None
+    reference: str | None
+    applied_at: datetime
+    counts: Any  # the stored `counts` JSON: {"create": 2, …} as apply writes it
+    plan_digest: str | None
+    op: str | None  # what the apply did to the task asked about; None when none was
+
+
+class RunBetweenRow(TypedDict):
+    """A run as `explain` shows it: RunRow's columns but started_at, finished_at and duration_ms."""
+
+    id: int
+    task_id: str
+    scheduled_for: datetime
+    kind: str
+    status: str
+    attempt: int
+    engine_id: str | None
+    claimed_at: datetime
+    http_status: int | None
+    error: str | None
+    response_excerpt: str | None
+
+
+class OutboxRow(TypedDict):
+    """A notification as `reconciler notifications` lists it."""
+
+    id: int
+    created_at: datetime
+    source: str
+    task_id: str
+    event: str
+    notifier: str
+    run_id: int | None
+    scheduled_for: datetime | None
+    status: str
+    attempts: int
+    next_attempt_at: datetime
+    delivered_at: datetime | None
+    http_status: int | None
+    error: str | None
+    engine_id: str | None
+
+
+class RunNotificationRow(TypedDict):
+    """A notification a run caused (under the run in `runs` and `explain`)."""
+
+    id: int
+    run_id: int  # never None here: the statement selects by it
+    notifier: str
+    event: str
+    status: str
+    attempts: int
+    http_status: int | None
+    error: str | None
+    created_at: datetime
+    delivered_at: datetime | None
 
 
 class IdRow(TypedDict):
@@ -67,24 +161,25 @@ async def clock_now(conn: Conn, *, now: datetime | None) -> list[ClockRow]:
     return cast(list[ClockRow], await Store.fetch(conn, "clock_now", {"now": now}))
 
 
-async def status_rows(conn: Conn) -> list[Row]:
+async def status_rows(conn: Conn) -> list[StatusRow]:
     """Each task (as tasks_all's columns) with its newest run's status and times."""
-    return await Store.fetch(conn, "status_rows")
+    return cast(list[StatusRow], await Store.fetch(conn, "status_rows"))
 
 
-async def engines_live(conn: Conn, *, seconds: float) -> list[Row]:
+async def engines_live(conn: Conn, *, seconds: float) -> list[EngineRow]:
     """Engines (engine_id, host, pid, started_at, last_seen) heard from in the last `seconds`."""
-    return await Store.fetch(conn, "engines_live", {"seconds": seconds})
+    return cast(list[EngineRow], await Store.fetch(conn, "engines_live", {"seconds": seconds}))
 
 
-async def applies_live_sources(conn: Conn) -> list[Row]:
+async def applies_live_sources(conn: Conn) -> list[LiveSourceRow]:
     """Each source's live revision (source, revision, applied_at, author)."""
-    return await Store.fetch(conn, "applies_live_sources")
+    return cast(list[LiveSourceRow], await Store.fetch(conn, "applies_live_sources"))
 
 
-async def applies_list(conn: Conn, *, source: str | None, task_id: str | None, limit: int) -> list[Row]:
+async def applies_list(conn: Conn, *, source: str | None, task_id: str | None, limit: int) -> list[ApplyRow]:
     """The applies, newest first (of `source`, that changed `task_id`, when given)."""
-    return await Store.fetch(conn, "applies_list", {"source": source, "task_id": task_id, "limit": limit})
+    params = {"source": source, "task_id": task_id, "limit": limit}
+    return cast(list[ApplyRow], await Store.fetch(conn, "applies_list", params))
 
 
 async def task_get(conn: Conn, *, id: str) -> list[TaskGetRow]:
@@ -106,19 +201,35 @@ async def run_cancel(conn: Conn, *, run_id: int, now: datetime | None, error: st
     return cast(list[CancelledRow], await Store.fetch(conn, "run_cancel", params))
 
 
-async def runs_between(conn: Conn, *, task_id: str, lo: datetime, hi: datetime) -> list[Row]:
+async def runs_between(conn: Conn, *, task_id: str, lo: datetime, hi: datetime) -> list[RunBetweenRow]:
     """The runs of `task_id` scheduled (or requested) in [lo, hi], as RunRow's columns but started_at,
     finished_at and duration_ms."""
-    return await Store.fetch(conn, "runs_between", {"task_id": task_id, "lo": lo, "hi": hi})
+    return cast(list[RunBetweenRow], await Store.fetch(conn, "runs_between", {"task_id": task_id, "lo": lo, "hi": hi}))
 
 
-History = Literal["runs", "notifications"]
+History = Literal["runs", "notifications"]  # two row shapes: the overloads name each one's
 
 
-async def history(conn: Conn, of: History, *, task_id: str | None, status: str | None, limit: int) -> list[Row]:
+@overload
+async def history(
+    conn: Conn, of: Literal["runs"], *, task_id: str | None, status: str | None, limit: int
+) -> list[RunRow]: ...
+
+
+@overload
+async def history(
+    conn: Conn, of: Literal["notifications"], *, task_id: str | None, status: str | None, limit: int
+) -> list[OutboxRow]: ...
+
+
+async def history(
+    conn: Conn, of: History, *, task_id: str | None, status: str | None, limit: int
+) -> list[RunRow] | list[OutboxRow]:
     """The rows of a history (the runs, or the notifications), newest first."""
     params = {"task_id": task_id, "status": status, "limit": limit}
-    return await Store.fetch(conn, "runs_list" if of == "runs" else "notifications_list", params)
+    if of == "runs":
+        return cast(list[RunRow], await Store.fetch(conn, "runs_list", params))
+    return cast(list[OutboxRow], await Store.fetch(conn, "notifications_list", params))
 
 
 async def notifications_readable(conn: Conn) -> list[ReadableRow]:
@@ -126,6 +237,6 @@ async def notifications_readable(conn: Conn) -> list[ReadableRow]:
     return cast(list[ReadableRow], await Store.fetch(conn, "notifications_readable"))
 
 
-async def notifications_of_runs(conn: Conn, *, run_ids: Sequence[int]) -> list[Row]:
+async def notifications_of_runs(conn: Conn, *, run_ids: Sequence[int]) -> list[RunNotificationRow]:
     """The notifications runs `run_ids` caused, by run and id."""
-    return await Store.fetch(conn, "notifications_of_runs", {"run_ids": list(run_ids)})
+    return cast(list[RunNotificationRow], await Store.fetch(conn, "notifications_of_runs", {"run_ids": list(run_ids)}))

@@ -194,7 +194,7 @@ class TaskRow:
         return parsed if isinstance(parsed, dict) else {"spec": parsed}
 
     @classmethod
-    def from_row(cls, row: Row) -> TaskRow:
+    def from_row(cls, row: Mapping[str, Any]) -> TaskRow:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -75,7 +76,7 @@ def _skipped_by_gap_policy(spec: TaskSpec, shown: list[Fire]) -> list[Fire]:
     return [f for f in unskipped if f.at not in kept and f.note]
 
 
-def _run_text(run: dict[str, Any]) -> str:
+def _run_text(run: Mapping[str, Any]) -> str:
     late = (run["claimed_at"] - run["scheduled_for"]).total_seconds() if run.get("claimed_at") else None
     parts = [str(run["status"])]
     if run.get("http_status") is not None:
@@ -104,7 +105,9 @@ def _missing_text(task: TaskState, fire: Fire, now: datetime) -> str:
     )
 
 
-def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: datetime, now: datetime) -> list[str]:
+def explain(
+    task: TaskState, shown: list[Fire], runs: Sequence[Mapping[str, Any]], at: datetime, now: datetime
+) -> list[str]:
     """The explanation, one line per fact; `shown` is occurrences_around(T), `runs` those in span(shown, T)."""
     spec = task.spec
     zone = ZoneInfo(spec.timezone)
@@ -145,7 +148,7 @@ def explain(task: TaskState, shown: list[Fire], runs: list[dict[str, Any]], at: 
     return lines
 
 
-def _under(run: dict[str, Any] | None) -> list[str]:
+def _under(run: Mapping[str, Any] | None) -> list[str]:
     """Under a run's line: its stored response excerpt and the notifications it caused (the command
     masks and escapes every line)."""
     if run is None:
@@ -155,7 +158,7 @@ def _under(run: dict[str, Any] | None) -> list[str]:
     return lines + [f"      {notified_line(note)}" for note in run.get("notifications", [])]
 
 
-def notified_line(note: dict[str, Any]) -> str:
+def notified_line(note: Mapping[str, Any]) -> str:
     """A notification a run caused: `notified oncall: delivered`, `… pending (attempt 2, HTTP 500: timed out)`;
     a delivered one names its attempt only when it took more than one, and no earlier attempt's error."""
     attempts = note["attempts"] or 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
@@ -58,7 +58,7 @@ def next_json(rows: list[tuple[Task, list[Fire]]]) -> str:
     return json.dumps(data, indent=2)
 
 
-def json_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Database rows for `--format json`: datetimes as ISO text (UTC)."""
     return [{k: utc_iso(v) if isinstance(v, datetime) else v for k, v in row.items()} for row in rows]
 
@@ -74,7 +74,7 @@ def safe(text: str) -> str:
     return _UNSAFE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
-def history_line(row: dict[str, Any]) -> str:
+def history_line(row: Mapping[str, Any]) -> str:
     """One apply for `reconciler history`."""
     counts = row["counts"] if isinstance(row["counts"], dict) else {}
     done = (
@@ -158,7 +158,9 @@ def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revi
 
 
 def runs_text(
-    rows: list[dict[str, Any]], verbose: bool = False, under: Callable[[dict[str, Any]], list[str]] | None = None
+    rows: Sequence[Mapping[str, Any]],
+    verbose: bool = False,
+    under: Callable[[Mapping[str, Any]], list[str]] | None = None,
 ) -> str:
     """`reconciler runs` for a terminal (values already masked): one aligned row per run; `verbose` adds
     the engine, the times and the stored response excerpt under each; `under`, more lines under each
@@ -188,7 +190,7 @@ def runs_text(
     return "\n".join(out)
 
 
-def _run_details(run: dict[str, Any]) -> list[str]:
+def _run_details(run: Mapping[str, Any]) -> list[str]:
     facts = [f"engine {run['engine_id']}"] if run.get("engine_id") else []
     facts += [
         f"{name} {utc_text(run[name + '_at'])}" for name in ("claimed", "started", "finished") if run.get(name + "_at")

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.db import apply_queries
-from reconciler.db.store import Conn, Row
+from reconciler.db.apply_queries import StoredNotifierRow
+from reconciler.db.store import Conn
 from reconciler.files.notifiers import Notifier
 from reconciler.reconcile.diff import FieldDiff, Op, diff_declared
 
@@ -21,7 +22,7 @@ class NotifierRow:
     spec_hash: str
 
     @classmethod
-    def from_row(cls, row: Row) -> NotifierRow:
+    def from_row(cls, row: StoredNotifierRow) -> NotifierRow:
         return cls(row["source"], row["name"], row["spec"], row["spec_hash"])
 
 
