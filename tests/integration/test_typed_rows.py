@@ -1,0 +1,40 @@
+"""The typed rows of the query layer name exactly the columns their statements select: a TypedDict
+that drifts from queries.sql would let mypy vouch for keys the rows do not have."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from reconciler.db import apply_queries, command_queries
+from reconciler.db.store import QUERIES, Store
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+LISTED = {"task_id": None, "status": None, "limit": 1}
+
+# statement → (its row type, parameters that run it)
+TYPED: dict[str, tuple[type, dict[str, Any]]] = {
+    "notifiers_all": (apply_queries.StoredNotifierRow, {}),
+    "status_rows": (command_queries.StatusRow, {}),
+    "engines_live": (command_queries.EngineRow, {"seconds": 30.0}),
+    "applies_live_sources": (command_queries.LiveSourceRow, {}),
+    "applies_list": (command_queries.ApplyRow, {"source": None, "task_id": "t", "limit": 1}),
+    "runs_between": (command_queries.RunBetweenRow, {"task_id": "t", "lo": NOW, "hi": NOW}),
+    "runs_list": (command_queries.RunRow, LISTED),
+    "run_get": (command_queries.RunRow, {"run_id": 1}),
+    "notifications_list": (command_queries.OutboxRow, LISTED),
+    "notifications_of_runs": (command_queries.RunNotificationRow, {"run_ids": [1]}),
+}
+
+
+@pytest.mark.parametrize("query", sorted(TYPED))
+async def test_a_typed_row_has_its_statements_columns(store: Store, dsn: str, query: str) -> None:
+    row_type, params = TYPED[query]
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cursor:
+        cursor.execute(QUERIES[query], params)
+        assert cursor.description is not None
+        columns = [column.name for column in cursor.description]
+    assert columns == list(row_type.__annotations__), query
