@@ -96,7 +96,13 @@ def judge(plan: Plan, rows: list[TaskRow], live: LiveRevision | None, options: A
 
 def _values(task: Task, next_run_at: datetime | None) -> TaskValues:
     return TaskValues(
-        task.id, task.canonical, task.spec_hash, task.enabled, task.timezone, next_run_at, task.digest
+        id=task.id,
+        spec=task.canonical,
+        spec_hash=task.spec_hash,
+        enabled=task.enabled,
+        timezone=task.timezone,
+        next_run_at=next_run_at,
+        digest=task.digest,
     )
 
 
