@@ -15,7 +15,9 @@ class ClockRow(TypedDict):
     now: datetime
 
 
-class TaskGetRow(TypedDict):
+class TaskColumns(TypedDict):
+    """A task's columns as tasks_all, task_get and status_rows select them first (TaskRow's fields)."""
+
     id: str
     source: str
     spec_text: str
@@ -25,6 +27,9 @@ class TaskGetRow(TypedDict):
     next_run_at: datetime | None
     version: str
     tampered: bool | None
+
+
+class TaskGetRow(TaskColumns):
     created_at: datetime
     updated_at: datetime
     revision: str | None
@@ -47,18 +52,9 @@ class RunRow(TypedDict):
     response_excerpt: str | None
 
 
-class StatusRow(TypedDict):
-    """A task (as tasks_all's columns) with its newest run's; the last_* are None before its first run."""
+class StatusRow(TaskColumns):
+    """A task with its newest run's columns; the last_* are None before its first run."""
 
-    id: str
-    source: str
-    spec_text: str
-    spec_hash: str
-    enabled: bool
-    timezone: str
-    next_run_at: datetime | None
-    version: str
-    tampered: bool | None
     last_status: str | None
     last_scheduled_for: datetime | None
     last_finished_at: datetime | None
