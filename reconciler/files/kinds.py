@@ -31,9 +31,14 @@ def canonical_json(normalized: dict[str, Any]) -> str:
     return json.dumps(normalized, sort_keys=True, separators=(",", ":"))
 
 
+def hash_canonical(canonical: str) -> str:
+    """The spec_hash of a spec's canonical JSON text."""
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def spec_hash(normalized: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a normalized spec."""
-    return "sha256:" + hashlib.sha256(canonical_json(normalized).encode()).hexdigest()
+    return hash_canonical(canonical_json(normalized))
 
 
 class Declared:
@@ -68,7 +73,7 @@ class Declared:
     @cached_property
     def spec_hash(self) -> str:
         """A stable hash of the normalized spec."""
-        return "sha256:" + hashlib.sha256(self.canonical.encode()).hexdigest()
+        return hash_canonical(self.canonical)
 
 
 class Kind(Generic[ItemT]):

@@ -11,10 +11,3 @@ from reconciler.files.tasks import TASKS
 
 KINDS: tuple[Kind[Any], ...] = (NOTIFIERS, TASKS)
 
-
-def kind_named(name: str) -> Kind[Any]:
-    """The kind called `name` ("task", "notifier")."""
-    for kind in KINDS:
-        if kind.name == name:
-            return kind
-    raise KeyError(name)

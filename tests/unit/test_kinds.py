@@ -12,7 +12,7 @@ from pydantic import Field
 from reconciler.files.directory import read_dir
 from reconciler.files.kinds import Declared, Kind, spec_hash, validate
 from reconciler.files.notifiers import NOTIFIERS
-from reconciler.files.registry import KINDS, kind_named
+from reconciler.files.registry import KINDS
 from reconciler.files.tasks import TASKS
 from reconciler.reconcile.diff import FieldDiff, diff_declared
 from reconciler.spec.model import Model
@@ -124,7 +124,6 @@ def test_a_new_kind_is_digested_and_diffed_like_notifiers() -> None:
 
 def test_the_registry_lists_every_kind_in_the_order_apply_writes_them() -> None:
     assert KINDS == (NOTIFIERS, TASKS)  # a task's [notify] names notifiers: they are written first
-    assert kind_named("task") is TASKS
     assert [kind.directory for kind in KINDS] == ["notifiers.d", "tasks.d"]
 
 
