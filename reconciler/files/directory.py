@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic
 
 from reconciler.files.digests import file_digest
 from reconciler.files.kinds import ItemT, Kind, validate
@@ -68,8 +68,6 @@ class DirFiles(Generic[ItemT]):
             errors.sort(key=lambda e: self.order.get(e.path, last))
         return items, errors
 
-
-DirT = TypeVar("DirT", bound=DirFiles[Any])
 
 
 def read_dir(

@@ -4,16 +4,14 @@ at each place of a file, read from its model."""
 from __future__ import annotations
 
 import re
-import types
-import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel, PlainValidator, ValidationError
 
 from reconciler.files.problems import FileError
-from reconciler.spec.model import did_you_mean, suggestion
+from reconciler.spec.model import admitted, did_you_mean, suggestion
 
 
 @dataclass(frozen=True)
@@ -65,14 +63,7 @@ def _names(model: type[BaseModel]) -> list[str]:
 
 def _models(annotation: Any) -> Iterator[type[BaseModel]]:
     """The model classes an annotation stands for: itself, or the members of an (optional) union."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation
-    elif typing.get_origin(annotation) is typing.Annotated:
-        if not any(isinstance(item, PlainValidator) for item in typing.get_args(annotation)[1:]):
-            yield from _models(typing.get_args(annotation)[0])
-    elif typing.get_origin(annotation) in (Union, types.UnionType):
-        for member in typing.get_args(annotation):
-            yield from _models(member)
+    return (t for t in admitted(annotation, through_plain=False) if isinstance(t, type) and issubclass(t, BaseModel))
 
 
 def _clean_loc(loc: tuple[int | str, ...], tags: frozenset[tuple[str, str]]) -> tuple[str, ...]:

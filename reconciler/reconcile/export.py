@@ -15,13 +15,11 @@ import json
 import math
 import os
 import re
-import types
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Any, get_args
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import tomli_w
@@ -33,6 +31,7 @@ from reconciler.errors import UserError
 from reconciler.files.kinds import spec_hash
 from reconciler.files.problems import FileError, printable
 from reconciler.files.tasks import load_text, validate_data
+from reconciler.spec.model import admitted
 from reconciler.spec.target import Target, is_credential_name
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import MAX_NAME, EnvRef, id_problem
@@ -44,21 +43,9 @@ PLACEHOLDER_PREFIX = "EXPORTED_"  # not RECONCILER_*: engines refuse to hand the
 # ---------------------------------------------------------------- the model's shape
 
 
-def _leaves(annotation: Any) -> Iterator[Any]:
-    """The types an annotation admits, through Optional, unions and Annotated (not into containers)."""
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        yield from _leaves(get_args(annotation)[0])
-    elif origin is Union or origin is types.UnionType:
-        for arg in get_args(annotation):
-            yield from _leaves(arg)
-    else:
-        yield annotation
-
-
 def _submodel(info: FieldInfo, value: dict[str, Any]) -> type[BaseModel] | None:
     """The model a table value stands for: the field's model, or the union member its `kind` names."""
-    models = [t for t in _leaves(info.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+    models = [t for t in admitted(info.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
     if len(models) == 1:
         return models[0]
     for model in models:
@@ -135,7 +122,7 @@ def _shape(model: type[BaseModel], data: dict[str, Any], slim: bool = True) -> d
                 continue
         elif slim and info.annotation is float and isinstance(value, float) and _whole(value):
             value = int(value)  # 30.0 seconds: the file says 30, the model reads 30.0 again
-        elif datetime in set(_leaves(info.annotation)):
+        elif datetime in set(admitted(info.annotation)):
             value = _when(value)
         if slim and key in defaults and _same(value, defaults[key]):
             continue

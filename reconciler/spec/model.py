@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, PlainValidator, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
 # A rule across fields of one model: the fields it reads, and a function of their values
@@ -104,3 +105,18 @@ def suggestion(word: str, choices: Iterable[str]) -> str:
     """`; did you mean 'x'?` for the closest choice, or ""."""
     found = did_you_mean(word, choices)
     return f"; did you mean {found!r}?" if found is not None and found != word else ""
+
+
+def admitted(annotation: Any, through_plain: bool = True) -> Iterator[Any]:
+    """The types an annotation admits, through Optional, unions and Annotated (not into containers);
+    with `through_plain` False, none behind a PlainValidator (a value read its own way: `{ env = … }`)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        inner, *metadata = get_args(annotation)
+        if through_plain or not any(isinstance(item, PlainValidator) for item in metadata):
+            yield from admitted(inner, through_plain)
+    elif origin is Union or origin is types.UnionType:
+        for member in get_args(annotation):
+            yield from admitted(member, through_plain)
+    else:
+        yield annotation
