@@ -4,7 +4,7 @@ In one run, one `reconciler engine --metrics-addr` process and one local sink (`
 everything on 127.0.0.1:
 
 (a) FIRED one-shot tasks are fired, then /metrics is read: samples and bytes per scrape, the
-    per-task samples, against the documented bound (README, "Series bound"): 9 L + E + 15 N + 80
+    per-task samples, against the documented bound (docs/operations.md, "Series bound"): 9 L + E + 15 N + 80
     with L = min(TASK_SERIES_LIMIT, tasks), E engines, N notifiers (none here);
 (b) beside those, TICKING tasks every second: the fire lag p99 with and without one scrape a
     second, in alternating rounds of ROUND_SECONDS, medians compared (the ratio).

@@ -100,7 +100,7 @@ def host_port(text: str) -> str:
     return f"{host.strip('[]')}:{int(match.group(2))}"
 
 
-# Option bounds (README, "Input bounds"): generous, but each value stays one the process can act on.
+# Option bounds (docs/files.md, "Input bounds"): generous, but each value stays one the process can act on.
 COUNT = bounded(int, 1, 10_000)  # --count, --concurrency, --batch
 LIMIT = bounded(int, 1, 100_000)
 MAX_DELETES = bounded(int, 0, 1_000_000)

@@ -68,7 +68,7 @@ def stop_on_signals(engine: Engine | None = None, say: Callable[[str], None] | N
 
     With an engine, the first signal says (through `say`, default an INFO log: a normal stop
     must not page anyone) what the drain waits for, and a second one stops at once: runs still
-    in flight are recorded `lost` when their leases expire (README, "Stopping").
+    in flight are recorded `lost` when their leases expire (docs/engine.md, "Stopping").
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -51,7 +51,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
                 err(str(error))
             err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
             return
-        # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
+        # No revision check: the working tree is what `watch` and `up` are for (docs/reconcile.md, "Revisions").
         verdict = ApplyOptions(prune=options.prune, revision=detect(Path(files.tasks_dir), None))
         result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers)
     except UserError as exc:

@@ -198,7 +198,7 @@ SELECT pg_notify('scheduler_tasks', %(payload)s);
 -- The newest run of each task, by task_id = ANY(ARRAY[t.id]) ORDER BY task_id, id: with an
 -- equality the planner may walk runs_pkey backwards instead (newest first, cheap while every
 -- task has recent runs), and then a task without one reads the whole table; this order only the
--- (task_id, id) indexes give, so each task costs one index descent (README, "Performance").
+-- (task_id, id) indexes give, so each task costs one index descent (docs/performance.md).
 SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
        t.xmin::text AS version,
        CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,

@@ -1,6 +1,6 @@
 """Secret-looking values masked for display: plans, status, explain, runs, export, errors.
 
-Validation keeps secrets out of task files (README, "Headers and query parameters"), but a
+Validation keeps secrets out of task files (docs/files.md, "Headers and query parameters"), but a
 database written by an older version, or edited by hand, may still hold one; every rendering
 passes what it shows through here. A value is secret-looking when its key is a credential
 name (models.is_credential_name), or when it is the password of a URL or DSN.

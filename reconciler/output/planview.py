@@ -385,7 +385,7 @@ def change_dict(change: Change) -> dict[str, object]:
 
 
 def plan_dict(plan: Plan) -> dict[str, object]:
-    """The json plan, format_version 2 (README, "Plan json")."""
+    """The json plan, format_version 2 (docs/reconcile.md, "Plan json")."""
     live = plan.live
     out: dict[str, object] = {
         "format_version": FORMAT_VERSION,

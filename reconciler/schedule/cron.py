@@ -56,7 +56,7 @@ def default_overlap(spec: TaskSpec) -> Overlap:
     That is an hour field of `*` or `*/1`, or a minute field beginning with `*` (`*`, `*/N`):
     the two passes of a repeated hour are distinct elapsed times, and a job that runs every
     few minutes must not fall silent for an hour. Debian cron also runs an hour step such
-    as `*/3` twice; here that stays a fixed-time job (README, DST).
+    as `*/3` twice; here that stays a fixed-time job (docs/files.md, "Daylight saving time").
     """
     if spec.policy.dst_overlap is not None:
         return spec.policy.dst_overlap

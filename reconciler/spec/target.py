@@ -13,7 +13,7 @@ from reconciler.spec.model import CrossCheck, Model, suggestion
 from reconciler.spec.values import CONTROL, MAX_NAME, EnvRef, Line, SecretRef, StrOrEnv, check_text
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
-# Input bounds (README, "Input bounds"), as spec.values says.
+# Input bounds (docs/files.md, "Input bounds"), as spec.values says.
 MAX_HEADERS = MAX_QUERY = 100
 MAX_URL = 8000  # RFC 9110 §4.1: senders and recipients should support at least 8000 octets
 # Header and query-parameter names that carry credentials (case-insensitive substrings; "sig" whole).
@@ -109,7 +109,7 @@ def _query_name(name: str) -> str:
 
 
 def is_credential_name(name: str) -> bool:
-    """Whether a header or query-parameter name carries a credential (README, "Input bounds")."""
+    """Whether a header or query-parameter name carries a credential (docs/files.md, "Input bounds")."""
     lowered = name.lower()
     return lowered in CREDENTIAL_NAMES or any(word in lowered for word in CREDENTIAL_WORDS)
 

@@ -12,7 +12,7 @@ from reconciler.spec.target import Target
 from reconciler.spec.trigger import Trigger
 from reconciler.spec.values import DAY, ID_SEGMENT, MAX_NAME, MAX_TEXT, id_problem, text_rule, zone_problem
 
-# Input bounds (README, "Input bounds"), as spec.values says.
+# Input bounds (docs/files.md, "Input bounds"), as spec.values says.
 MAX_MISFIRE_GRACE_SECONDS = 366 * DAY
 # `late` sooner than this after an occurrence was due would be a claim's ordinary lag, not a dead engine:
 # an explicit late_after_seconds is at least MIN_LATE_AFTER_SECONDS, the default (the misfire grace,

@@ -23,7 +23,7 @@ CRON_MACROS = {
     "@annually": "0 0 1 1 *",
 }
 INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# Input bounds (README, "Input bounds"), as spec.values says.
+# Input bounds (docs/files.md, "Input bounds"), as spec.values says.
 MAX_INTERVAL_SECONDS = 36_500 * DAY  # 100 years
 MAX_CALENDAR_EVERY = 1000
 MAX_CRON = 1024

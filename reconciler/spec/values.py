@@ -16,7 +16,7 @@ ID_SEGMENT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DAY = 86_400
 
-# Input bounds (README, "Input bounds"): each keeps every later step (PostgreSQL int4 and
+# Input bounds (docs/files.md, "Input bounds"): each keeps every later step (PostgreSQL int4 and
 # jsonb, datetime arithmetic, the HTTP client, the engine's leases) inside what it can do.
 MIN_YEAR, MAX_YEAR = 1970, 9000  # instants stay far from datetime's year 1 and 9999 in any zone
 MAX_CLOCK_TIMES = 1440  # one per minute of the day

@@ -1,4 +1,4 @@
-"""Input bounds (README, "Input bounds"): each limit holds at its edge; no schedule leaves datetime's range."""
+"""Input bounds (docs/files.md, "Input bounds"): each limit holds at its edge; no schedule leaves datetime's range."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Europe/Riga, 2021. In Riga DST began on 28 March (02:59+02:00 → 04:00+03:00) a
 31 October (03:59+03:00 → 03:00+02:00). cronsim's iterator, like `next_fire_time`, yields
 instants strictly after the start.
 
-One case is a documented difference (README, DST section): an hour field with a step
+One case is a documented difference (docs/files.md, "Daylight saving time"): an hour field with a step
 other than 1 (`0 */3 * * *`) fires on both passes in Debian cron and cronsim, and on the
 first pass only here, because such a job runs a few times a day at fixed hours.
 """
@@ -110,4 +110,4 @@ def test_agrees_with_cronsim(name: str, expr: str, after: str, expected: list[st
     got = fires_iso(RIGA, {"kind": "cron", "expr": expr}, after, len(expected))
     assert got == DOCUMENTED_DIFFERENCES.get(name, expected)
     if name in DOCUMENTED_DIFFERENCES:
-        assert got != expected  # still a difference: if this fails, update the README and this table
+        assert got != expected  # still a difference: if this fails, update docs/files.md and this table
