@@ -39,6 +39,14 @@ def notifier_files(files: FilesOptions) -> Notifiers:
     return load_notifiers(Path(files.notifiers_dir), files.notifiers_dir, files.notifiers_required)
 
 
+def declared_dirs(files: FilesOptions) -> list[Path]:
+    """The directory of every declared kind (--tasks-dir, --notifiers-dir, …), in the registry's order: what
+    `watch` and `up` watch, and what `apply` checks for uncommitted changes."""
+    from reconciler.files.registry import KINDS
+
+    return [Path(getattr(files, kind.option.removeprefix("--").replace("-", "_"))) for kind in KINDS]
+
+
 def need_tasks_dir(files: FilesOptions) -> None:
     """watch and up watch the directory: it must be there before they start."""
     if not Path(files.tasks_dir).is_dir():

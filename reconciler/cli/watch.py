@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli.console import err
-from reconciler.cli.declared import need_tasks_dir, notifier_files
+from reconciler.cli.declared import declared_dirs, need_tasks_dir, notifier_files
 from reconciler.cli.options import DatabaseOptions, FilesOptions, WatchOptions
 from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
@@ -58,13 +58,6 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return
     print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
-
-
-def declared_dirs(files: FilesOptions) -> list[Path]:
-    """The directory of every declared kind (--tasks-dir, --notifiers-dir, …), in the registry's order."""
-    from reconciler.files.registry import KINDS
-
-    return [Path(getattr(files, kind.option.removeprefix("--").replace("-", "_"))) for kind in KINDS]
 
 
 def _present(files: FilesOptions) -> frozenset[Path]:

@@ -235,6 +235,7 @@ def test_bad_inputs_fail_before_anything_runs(runner: Runner, command: str, dsn:
         ("command", "plan\n::add-mask::x"),
         ("command", "plan\r\n::set-output name=dir::/tmp/elsewhere"),
         ("tasks-dir", "tasks.d\n::stop-commands::t"),
+        ("notifiers-dir", "notifiers.d\n::warning::x"),
         ("options", "--no-prune\tx"),
         ("revision", "v1\n::warning::x"),
     ],
@@ -277,3 +278,43 @@ def test_without_pipefail_the_validate_step_would_pass_invalid_files(runner: Run
     del validate["shell"]
     run = runner.run("plan", dsn, action=defaulted)
     assert run["validate"].outcome == "success" and "tasks.d/broken.toml:3: trigger.expr" in run["validate"].log
+
+
+ONCALL = 'kind = "webhook"\nurl = "http://127.0.0.1:9/oncall"\n'
+
+
+def live_notifiers(dsn: str) -> list[tuple[str, str, str]]:
+    """(source, name, url) of every notifier in the database."""
+    with psycopg.connect(dsn) as conn:
+        query = "SELECT source, name, spec->>'url' FROM scheduler.notifiers ORDER BY source, name"
+        return [(row[0], row[1], row[2]) for row in conn.execute(query)]
+
+
+def test_a_change_to_notifiers_only_is_planned_in_the_comment_and_applied(runner: Runner, dsn: str) -> None:
+    assert not runner.run("apply", dsn).failed  # the tasks are live; then a pull request adds a notifier only
+    (runner.workspace / "notifiers.d").mkdir()
+    (runner.workspace / "notifiers.d" / "oncall.toml").write_text(ONCALL)
+    plan = runner.run("plan", dsn)
+    assert not plan.failed and plan.outputs["exit-code"] == "2"
+    assert "and 1 notifier file(s) in notifiers.d are valid" in plan["validate"].log
+    comment = Path(plan.outputs["comment-file"]).read_text()
+    assert "**Notifiers: 1 change(s)**" in comment and "+ notifier oncall" in comment, comment
+    assert "+ notifier oncall" in Path(plan.outputs["plan-file"]).read_text()
+    apply = runner.run("apply", dsn)
+    assert not apply.failed and "Apply complete: 1 change(s) written." in apply["apply"].log
+    assert live_notifiers(dsn) == [("default", "oncall", "http://127.0.0.1:9/oncall")]
+    assert runner.run("plan", dsn).outputs["exit-code"] == "0"
+
+
+def test_the_notifiers_dir_input_names_a_directory_elsewhere(runner: Runner, dsn: str) -> None:
+    alerts = runner.workspace / "config" / "alerts of team a"  # a path with spaces stays one argument
+    alerts.mkdir(parents=True)
+    (alerts / "oncall.toml").write_text(ONCALL)
+    plan = runner.run("plan", dsn, notifiers_dir="config/alerts of team a")
+    assert not plan.failed and "+ notifier oncall" in Path(plan.outputs["comment-file"]).read_text()
+    assert not runner.run("apply", dsn, notifiers_dir="config/alerts of team a").failed
+    assert live_notifiers(dsn) == [("default", "oncall", "http://127.0.0.1:9/oncall")]
+    (alerts / "oncall.toml").write_text("kind = 'webhook'\n")  # broken: the validate step names the file
+    failed = runner.run("plan", dsn, notifiers_dir="config/alerts of team a")
+    assert failed.failed and failed["validate"].outcome == "failure"
+    assert "config/alerts of team a/oncall.toml" in Path(failed.outputs["comment-file"]).read_text()

@@ -13,10 +13,12 @@ pytestmark = once_per_ci
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
 
 
-def try_repo(hook_repo: Path, user_repo: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    """`pre-commit try-repo` of the hook on every file of `user_repo` (a fresh hook environment each time)."""
+def try_repo(hook_repo: Path, user_repo: Path, home: Path, *files: str) -> subprocess.CompletedProcess[str]:
+    """`pre-commit try-repo` of the hook on `files` of `user_repo` (default: every file), as a commit of
+    those files runs it (a fresh hook environment per PRE_COMMIT_HOME)."""
+    chosen = ["--files", *files] if files else ["--all-files"]
     return subprocess.run(
-        [tool("pre-commit"), "try-repo", str(hook_repo), "reconciler-validate", "--all-files", "--color=never"],
+        [tool("pre-commit"), "try-repo", str(hook_repo), "reconciler-validate", *chosen, "--color=never"],
         cwd=user_repo,
         env=outside_env(PRE_COMMIT_HOME=str(home)),
         stdout=subprocess.PIPE,
@@ -52,3 +54,20 @@ def test_hook_passes_good_task_files_and_fails_a_bad_one_naming_it(tmp_path: Pat
     assert "Failed" in failed.stdout, failed.stdout
     errors = [line for line in failed.stdout.splitlines() if line.startswith("tasks.d/ops/broken.toml:")]
     assert len(errors) == 1 and "unknown key 'bogus'" in errors[0], failed.stdout
+
+    # A commit that changes only a notifier file runs the hook too (its `files` names every declared
+    # directory), and a broken notifier fails it, as `validate` does.
+    (user_repo / "tasks.d" / "ops" / "broken.toml").unlink()
+    oncall = 'kind = "webhook"\nurl = "http://127.0.0.1:9/x"\n'
+    (user_repo / "notifiers.d").mkdir()
+    (user_repo / "notifiers.d" / "oncall.toml").write_text(oncall)
+    run([*GIT, "add", "-A"], user_repo)
+    notifier = try_repo(hook_repo, user_repo, tmp_path / "pre-commit-home", "notifiers.d/oncall.toml")
+    assert notifier.returncode == 0 and "Passed" in notifier.stdout, notifier.stdout
+    (user_repo / "notifiers.d" / "oncall.toml").write_text(oncall + "bogus = 1\n")
+    run([*GIT, "add", "-A"], user_repo)
+    broken = try_repo(hook_repo, user_repo, tmp_path / "pre-commit-home", "notifiers.d/oncall.toml")
+    assert broken.returncode != 0 and "Failed" in broken.stdout, broken.stdout
+    assert "Skipped" not in broken.stdout, broken.stdout
+    errors = [line for line in broken.stdout.splitlines() if line.startswith("notifiers.d/oncall.toml:")]
+    assert len(errors) == 1 and "unknown key 'bogus'" in errors[0], broken.stdout
