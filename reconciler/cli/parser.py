@@ -215,9 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
     fmt(history, "json")
 
     export = add(
-        "export", "cli.export:cmd_export", "write the database's tasks as new files (never over existing ones)"
+        "export",
+        "cli.export:cmd_export",
+        "write the database's tasks and notifiers as new files (never over existing ones); "
+        "--source: that source's only",
     )
-    export.add_argument("--out-dir", help="directory to write (default exported.d)")
+    export.add_argument(
+        "--out-dir", help="tasks directory to write (default exported.d); notifiers go to notifiers.d beside it"
+    )
     export.add_argument("--force", action="store_true", help="overwrite files that already exist in --out-dir")
 
     _engine_options(add("engine", "cli.engine:cmd_engine", "claim and fire due tasks until SIGTERM"))

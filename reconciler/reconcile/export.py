@@ -1,11 +1,11 @@
-"""`reconciler export`: the database's tasks written back as task files (adoption).
+"""`reconciler export`: the database's tasks and notifiers written back as files (adoption).
 
-Safe by construction: a new directory by default (`exported.d`), no existing file replaced
-without --force (every target is checked before any is written), only the keys whose value
-differs from the model's default, the model's types (a float field holding 30.0 is written
-30), no `moved_from`, and no literal secret: an old row's literal credential becomes an
-`{ env = "EXPORTED_…" }` placeholder with a warning. Every valid task's file is re-loaded
-before anything is written; it must give the stored spec's hash (moved_from aside).
+Safe by construction: a new directory by default (`exported.d`, its notifiers in `notifiers.d` beside
+it, where `plan` looks for them), no existing file replaced without --force (every target is checked
+before any is written), only the keys whose value differs from the model's default, the model's types
+(a float field holding 30.0 is written 30), no `moved_from`, and no literal secret: an old row's
+literal credential becomes an `{ env = "EXPORTED_…" }` placeholder with a warning. Every valid file is
+re-loaded before anything is written; it must give the stored spec's hash (moved_from aside).
 """
 
 from __future__ import annotations
@@ -28,13 +28,16 @@ from pydantic.fields import FieldInfo
 
 from reconciler.db.store import TaskRow
 from reconciler.errors import UserError
-from reconciler.files.kinds import spec_hash
+from reconciler.files.kinds import Kind, check_data, spec_hash, validate
+from reconciler.files.notifiers import NOTIFIERS
 from reconciler.files.problems import FileError, printable
-from reconciler.files.tasks import load_text, validate_data
+from reconciler.files.tasks import TASKS
+from reconciler.reconcile.notifiers import NotifierRow
 from reconciler.spec.model import admitted
+from reconciler.spec.notifier import NotifierSpec
 from reconciler.spec.target import Target, is_credential_name
 from reconciler.spec.task import TaskSpec
-from reconciler.spec.values import MAX_NAME, EnvRef, id_problem
+from reconciler.spec.values import ID_SEGMENT, MAX_NAME, EnvRef, id_problem
 
 DEFAULT_OUT_DIR = "exported.d"
 PLACEHOLDER_PREFIX = "EXPORTED_"  # not RECONCILER_*: engines refuse to hand their own settings to tasks
@@ -153,48 +156,60 @@ class Placeholders:
 
 
 def _scrub_secrets(task_id: str, spec: dict[str, Any], names: Placeholders) -> tuple[dict[str, Any], list[str]]:
-    """`spec` with every literal credential replaced by an `{ env = … }` placeholder, and one warning each.
+    """A task's `spec` with every literal credential of its target replaced by an `{ env = … }` placeholder,
+    and one warning each (see scrub_target)."""
+    target = spec.get("target")
+    if not isinstance(target, dict):
+        return spec, []
+    target, warnings = scrub_target(task_id, target, names, "target.")
+    return {**spec, "target": target}, warnings
+
+
+def _placeholder(label: str, table: dict[str, Any], at: tuple[str, str, str], names: Placeholders) -> str:
+    """table[key] as an `{ env = … }` placeholder (`at`: where, key, the key's path in the file); its warning."""
+    where, key, path = at
+    env = names.name(label, where, key)
+    table[key] = {"env": env}
+    return (
+        f"{label}: {path} held a literal secret, written as {{ env = {json.dumps(env)} }}; "
+        "set that variable for the engines (or rename it) before applying"
+    )
+
+
+def scrub_target(label: str, target: dict[str, Any], names: Placeholders, at: str) -> tuple[dict[str, Any], list[str]]:
+    """A target (a task's, whose keys are at `target.`, or a webhook notifier's, at the top) with every literal
+    credential replaced by an `{ env = … }` placeholder, and one warning each, worded for `label`.
 
     Literal credentials are those the model refuses today (an older row may hold them): the
     value of a credential-looking header or query parameter, and an auth token, password or
     client secret. The values never reach a file or a message.
     """
-    target = spec.get("target")
-    if not isinstance(target, dict):
-        return spec, []
     target = dict(target)
     warnings: list[str] = []
-
-    def replace(table: dict[str, Any], where: str, key: str, path: str) -> None:
-        env = names.name(task_id, where, key)
-        table[key] = {"env": env}
-        warnings.append(
-            f"{task_id}: {path} held a literal secret, written as {{ env = {json.dumps(env)} }}; "
-            "set that variable for the engines (or rename it) before applying"
-        )
-
     for section, where in (("headers", "header"), ("query", "query")):
         table = target.get(section)
         if isinstance(table, dict):
             table = target[section] = dict(table)
             for key, value in list(table.items()):
                 if isinstance(value, str) and is_credential_name(key):
-                    replace(table, where, key, f"target.{section}.{printable(key)}")
+                    warnings.append(_placeholder(label, table, (where, key, f"{at}{section}.{printable(key)}"), names))
     if isinstance(target.get("url"), str):
-        target["url"] = _scrub_url(task_id, target, names, warnings)
+        target["url"] = _scrub_url(label, target, names, warnings, at)
     auth = target.get("auth")
     if isinstance(auth, dict):
         model = _submodel(Target.model_fields["auth"], auth)
         auth = target["auth"] = dict(auth)
-        for key, info in _fields(model).items() if model else ():
-            if info.annotation is EnvRef and isinstance(auth.get(key), str):
-                replace(auth, "auth", key, f"target.auth.{key}")
-    return {**spec, "target": target}, warnings
+        warnings += [
+            _placeholder(label, auth, ("auth", key, f"{at}auth.{key}"), names)
+            for key, info in (_fields(model).items() if model else ())
+            if info.annotation is EnvRef and isinstance(auth.get(key), str)
+        ]
+    return target, warnings
 
 
-def _scrub_url(task_id: str, target: dict[str, Any], names: Placeholders, warnings: list[str]) -> str:
-    """target.url without userinfo (dropped: basic auth is target.auth) and without credential query
-    values (moved to target.query as `{ env = … }` placeholders)."""
+def _scrub_url(label: str, target: dict[str, Any], names: Placeholders, warnings: list[str], at: str) -> str:
+    """The target's url without userinfo (dropped: basic auth is its auth) and without credential query
+    values (moved to its query as `{ env = … }` placeholders)."""
     url = str(target["url"])
     try:
         parts = urlsplit(url)
@@ -203,7 +218,7 @@ def _scrub_url(task_id: str, target: dict[str, Any], names: Placeholders, warnin
     netloc = parts.netloc
     if "@" in netloc:
         netloc = netloc.rpartition("@")[2]
-        warnings.append(f"{task_id}: target.url held credentials before the host; dropped (use target.auth)")
+        warnings.append(f"{label}: {at}url held credentials before the host; dropped (use {at}auth)")
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     secret = [k for k, _ in pairs if is_credential_name(k)]
     query = parts.query
@@ -211,11 +226,11 @@ def _scrub_url(task_id: str, target: dict[str, Any], names: Placeholders, warnin
         query = urlencode([(k, v) for k, v in pairs if not is_credential_name(k)])
         table = target["query"] = dict(target.get("query") or {})
         for key in secret:
-            env = names.name(task_id, "query", key)
+            env = names.name(label, "query", key)
             table[key] = {"env": env}
             warnings.append(
-                f"{task_id}: target.url held a literal {printable(key)} in its query string; written as "
-                f"target.query.{printable(key)} = {{ env = {json.dumps(env)} }}; set that variable for the engines"
+                f"{label}: {at}url held a literal {printable(key)} in its query string; written as "
+                f"{at}query.{printable(key)} = {{ env = {json.dumps(env)} }}; set that variable for the engines"
             )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
@@ -272,12 +287,13 @@ def to_toml(data: dict[str, Any], model: type[BaseModel] = TaskSpec, name: str =
     return "\n".join(part for part in ("\n".join(lines) + "\n" if lines else "", *sections) if part)
 
 
-# ---------------------------------------------------------------- one task
+# ---------------------------------------------------------------- one file
 
 
 @dataclass
 class Exported:
-    """One task's file text (None when it cannot be written) and the warnings to print."""
+    """One file's text (None when it cannot be written) and the warnings to print; `id` is a task's id or a
+    notifier's name (the file's path below its directory, without .toml)."""
 
     id: str
     text: str | None
@@ -290,38 +306,88 @@ def _problems(errors: list[FileError]) -> str:
     return f"{first.key}: {first.message}{more}"
 
 
+def _export_spec(
+    kind: Kind[Any], file_id: str, label: str, spec: dict[str, Any], model: type[BaseModel], warnings: list[str]
+) -> Exported:
+    """A stored spec (its secrets already placeholders) as its kind's file, checked: a valid spec re-loads to
+    the stored one (a task's moved_from aside); one that no longer validates is written as stored (`model`:
+    the model that shapes it then), with a warning."""
+    item, errors = check_data(kind, file_id, file_id, spec)
+    if item is None:
+        warnings.append(
+            f"{label}: the stored spec no longer validates ({_problems(errors)}); "
+            "written as stored, fix the file before plan or apply"
+        )
+        data = _shape(model, spec)
+    else:
+        expected = {k: v for k, v in item.normalized.items() if k != "moved_from"}
+        model = type(item.model())  # a tagged union's member (a webhook or a Slack notifier)
+        data = _shape(model, expected)
+    dropped: list[str] = []
+    data = _without_nulls(data, "", dropped)
+    if dropped:
+        warnings.append(f"{label}: null at {', '.join(dropped)} left out (TOML has no null)")
+    try:
+        text = to_toml(data, model)
+    except (TypeError, ValueError) as exc:
+        return Exported(file_id, None, [*warnings, f"{label}: skipped, not writable as TOML ({exc})"])
+    if item is not None:
+        reloaded, _ = validate(kind, file_id, file_id, text)
+        if reloaded is None or reloaded.spec_hash != spec_hash(expected):  # never expected; fail safe
+            text = to_toml(_without_nulls(_shape(model, expected, slim=False), "", []), model)
+            warnings.append(f"{label}: written with every key (the short form would not re-load identically)")
+    return Exported(file_id, text, warnings)
+
+
 def export_row(row: TaskRow, names: Placeholders) -> Exported:
-    """The file for one row, checked: a valid spec re-loads to the stored one (moved_from aside)."""
+    """The task file for one row, checked: a valid spec re-loads to the stored one (moved_from aside)."""
     problem = id_problem(row.id)
     if problem:
         return Exported(row.id, None, [f"{printable(row.id)}: skipped, the id cannot be a file name ({problem})"])
     if not isinstance(row.spec, dict):
         return Exported(row.id, None, [f"{row.id}: skipped, the stored spec is not a table (JSON object)"])
     spec, warnings = _scrub_secrets(row.id, row.spec, names)
-    task, errors = validate_data(row.id, row.id, spec)
-    if task is None:
-        warnings.append(
-            f"{row.id}: the stored spec no longer validates ({_problems(errors)}); "
-            "written as stored, fix the file before plan or apply"
-        )
-        data = _shape(TaskSpec, spec)
-    else:
-        expected = {k: v for k, v in task.normalized.items() if k != "moved_from"}
-        data = _shape(TaskSpec, expected)
-    dropped: list[str] = []
-    data = _without_nulls(data, "", dropped)
-    if dropped:
-        warnings.append(f"{row.id}: null at {', '.join(dropped)} left out (TOML has no null)")
-    try:
-        text = to_toml(data)
-    except (TypeError, ValueError) as exc:
-        return Exported(row.id, None, [*warnings, f"{row.id}: skipped, not writable as TOML ({exc})"])
-    if task is not None:
-        reloaded, _ = load_text(row.id, row.id, text)
-        if reloaded is None or reloaded.spec_hash != spec_hash(expected):  # never expected; fail safe
-            text = to_toml(_without_nulls(_shape(TaskSpec, expected, slim=False), "", []))
-            warnings.append(f"{row.id}: written with every key (the short form would not re-load identically)")
-    return Exported(row.id, text, warnings)
+    return _export_spec(TASKS, row.id, row.id, spec, TaskSpec, warnings)
+
+
+def _notifier_model(spec: dict[str, Any]) -> type[BaseModel]:
+    """The notifier model a stored spec's `kind` names (a webhook when it names none)."""
+    models = [t for t in admitted(NotifierSpec) if isinstance(t, type) and issubclass(t, BaseModel)]
+    return next((m for m in models if spec.get("kind") in get_args(m.model_fields["kind"].annotation)), models[0])
+
+
+def export_notifier(row: NotifierRow, names: Placeholders) -> Exported:
+    """The notifier file for one row (`notifiers.d/NAME.toml`), checked like a task's: `{ env = … }` values
+    stay references, and a literal secret an older row holds becomes an `EXPORTED_NOTIFIER_…` placeholder."""
+    label = f"notifier {printable(row.name)}"
+    if not ID_SEGMENT.fullmatch(row.name):
+        return Exported(row.name, None, [f"{label}: skipped, the name cannot be a file name"])
+    if not isinstance(row.spec, dict):
+        return Exported(row.name, None, [f"{label}: skipped, the stored spec is not a table (JSON object)"])
+    model = _notifier_model(row.spec)
+    spec, warnings = scrub_target(label, row.spec, names, "") if issubclass(model, Target) else (dict(row.spec), [])
+    warnings += [  # a value that is a secret as a whole: a Slack webhook's url
+        _placeholder(label, spec, ("", key, key), names)
+        for key, info in _fields(model).items()
+        if info.annotation is EnvRef and isinstance(spec.get(key), str)
+    ]
+    return _export_spec(NOTIFIERS, row.name, label, spec, model, warnings)
+
+
+def one_per_name(rows: list[NotifierRow]) -> tuple[list[NotifierRow], list[str]]:
+    """The notifiers of one exported directory: each name once (rows of several sources share it). A name the
+    sources declare alike is one file; one they declare differently is written from the first source (in
+    order), with a warning naming the others."""
+    by_name: dict[str, list[NotifierRow]] = {}
+    for row in sorted(rows, key=lambda r: (r.name, r.source)):
+        by_name.setdefault(row.name, []).append(row)
+    warnings = [
+        f"notifier {printable(name)}: sources {', '.join(repr(r.source) for r in found)} declare it differently; "
+        f"written from {found[0].source!r} (export one source at a time with --source SOURCE)"
+        for name, found in by_name.items()
+        if len({r.spec_hash for r in found}) > 1
+    ]
+    return [found[0] for found in by_name.values()], warnings
 
 
 # ---------------------------------------------------------------- files
@@ -334,10 +400,11 @@ THROUGH_SYMLINK = (
 )
 
 
-def check_targets(out: Path, targets: list[Path], force: bool) -> None:
-    """Refuse before anything is written: an existing file without --force, or a path that cannot be a file."""
+def check_targets(out: Path, targets: list[Path], force: bool, option: str = "--out-dir") -> None:
+    """Refuse before anything is written: an existing file without --force, or a path that cannot be a file
+    (`out`: the directory they go to, named as `option` names it)."""
     if os.path.lexists(out) and not out.is_dir():
-        raise UserError(f"export: --out-dir {printable(str(out))} exists and is not a directory; nothing was written")
+        raise UserError(f"export: {option} {printable(str(out))} exists and is not a directory; nothing was written")
     for target in targets:
         for parent in target.relative_to(out).parents:
             folder = out / parent
@@ -354,6 +421,19 @@ def check_targets(out: Path, targets: list[Path], force: bool) -> None:
             )
 
 
+def check_notifiers_dir(notifiers: Path, out: Path, force: bool) -> None:
+    """Notifiers go only into a new directory (beside --out-dir, where `plan --tasks-dir OUT` reads them),
+    unless --force: with the default --out-dir that is the project's own notifiers.d, whose every file the
+    next apply would apply."""
+    if os.path.lexists(notifiers) and not force:
+        raise UserError(
+            f"export: {printable(str(notifiers))} already exists (export writes notifiers beside --out-dir "
+            f"{printable(str(out))}, where plan reads them); pass an --out-dir in a new folder, e.g. "
+            "--out-dir exported/tasks.d (its notifiers go to exported/notifiers.d), or --force to write into it "
+            "(nothing was written)"
+        )
+
+
 def write_new(target: Path, text: str, force: bool) -> None:
     """Write one file: exclusively without --force; with it, by rename (a symlink is replaced, not followed)."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -368,7 +448,3 @@ def write_new(target: Path, text: str, force: bool) -> None:
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
-
-
-
-
