@@ -12,12 +12,11 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reconciler.cli.console import err
-from reconciler.cli.declared import load_or_report
+from reconciler.cli.declared import declared_dirs, load_or_report
 from reconciler.cli.options import DatabaseOptions, FilesOptions, OutputOptions, VerdictOptions, parse_instant
 from reconciler.cli.runtime import with_files
 from reconciler.clock import utcnow
@@ -25,7 +24,7 @@ from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UserError
 from reconciler.files.environment import policy_errors, unset_errors
 from reconciler.files.tasks import LoadResult, fire_warnings
 from reconciler.output import text as render
-from reconciler.reconcile.revision import detect
+from reconciler.reconcile.revision import Revision, detect, dirty_verdict, under_ci, working_tree
 from reconciler.schedule.preview import upcoming
 from reconciler.spec.environment import EnvPolicy, globs
 
@@ -90,10 +89,25 @@ def show_plan(plan: Plan, output: OutputOptions) -> str:
     return planview.plan_text(plan, colour=render.colour_wanted(sys.stdout, output.no_color))
 
 
-def verdict_options(verdict: VerdictOptions, files: FilesOptions, saved: dict[str, Any] | None = None) -> ApplyOptions:
-    """The options `plan` and `apply` judge a plan by (the same flags, the same verdict)."""
+def verdict_options(
+    verdict: VerdictOptions,
+    files: FilesOptions,
+    saved: dict[str, Any] | None = None,
+    apply: bool = False,
+    revision: str | None = None,
+) -> ApplyOptions:
+    """The options `plan` and `apply` judge a plan by (the same flags, the same verdict), with the state of
+    the working tree: uncommitted changes in the declared directories are a warning on stderr, and on CI a
+    refusal unless --allow-dirty. For `apply`, also the revision it records: `revision` (its --revision, the
+    operator's statement, recorded as given), else git's (`<sha>-dirty` for such a tree); plan records none,
+    so it runs no `git log`."""
     from reconciler.reconcile.apply import ApplyOptions
 
+    checkout = Path(files.tasks_dir)
+    tree = working_tree(checkout, declared_dirs(files))
+    refusal, warning = dirty_verdict(tree, under_ci(os.environ), verdict.allow_dirty, revision)
+    if warning:
+        err(f"warning: {warning}")
     return ApplyOptions(
         prune=verdict.prune,
         allow_empty=verdict.allow_empty,
@@ -101,7 +115,9 @@ def verdict_options(verdict: VerdictOptions, files: FilesOptions, saved: dict[st
         expect_state=saved["state_fingerprint"] if saved else None,
         expect_files=saved.get("files_fingerprint") if saved else None,
         allow_older=verdict.allow_older,
-        checkout=Path(files.tasks_dir),
+        checkout=checkout,
+        revision=detect(checkout, revision, dirty=bool(tree.changed)) if apply else Revision(None),
+        dirty_refusal=refusal,
     )
 
 
@@ -161,8 +177,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     async def work(store: Store, loaded: LoadResult) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
-        # Only apply records a revision; plan needs none, so it runs no `git log`.
-        options = replace(verdict_options(verdict, files, saved), revision=detect(Path(files.tasks_dir), args.revision))
+        options = verdict_options(verdict, files, saved, apply=True, revision=args.revision)
         result = await apply_tasks(store, loaded.tasks, files.source, None, options, loaded.notifiers)
         print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")

@@ -66,10 +66,11 @@ class VerdictOptions:
     allow_empty: bool = False
     max_deletes: int | None = None  # None: the default share of the source's tasks
     allow_older: bool = False
+    allow_dirty: bool = False  # apply a working tree with uncommitted changes on CI
 
     @classmethod
     def of(cls, args: Namespace) -> VerdictOptions:
-        return cls(not args.no_prune, args.allow_empty, args.max_deletes, args.allow_older)
+        return cls(not args.no_prune, args.allow_empty, args.max_deletes, args.allow_older, args.allow_dirty)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,11 @@ def _verdict_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-older", action="store_true", help="allow applying a checkout that is behind the live revision"
     )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="on CI (CI or GITHUB_ACTIONS set), apply declared files with uncommitted changes (recorded <sha>-dirty)",
+    )
 
 
 def _allow_env(parser: argparse.ArgumentParser, help_text: str) -> None:

@@ -16,7 +16,7 @@ from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
 from reconciler.db.store import Store
 from reconciler.errors import EXIT_OK, UserError
-from reconciler.reconcile.revision import detect
+from reconciler.reconcile.revision import detect, working_tree
 
 Changes = AsyncGenerator[set[tuple[Any, str]], None]
 
@@ -51,8 +51,10 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
                 err(str(error))
             err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
             return
-        # No revision check: the working tree is what `watch` and `up` are for (docs/reconcile.md, "Revisions").
-        verdict = ApplyOptions(prune=options.prune, revision=detect(Path(files.tasks_dir), None))
+        # No revision check, and uncommitted changes neither warn nor refuse: the working tree is what `watch`
+        # and `up` are for (docs/gitops.md, "Revisions"). They are recorded as such (`<sha>-dirty`).
+        dirty = bool(working_tree(Path(files.tasks_dir), declared_dirs(files)).changed)
+        verdict = ApplyOptions(prune=options.prune, revision=detect(Path(files.tasks_dir), None, dirty=dirty))
         result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")

@@ -39,6 +39,7 @@ class ApplyOptions:
     allow_older: bool = False  # apply a checkout that git says is behind the live revision
     checkout: Path | None = None  # the tasks directory, for git; None: no revision check
     revision: Revision = field(default_factory=lambda: Revision(None))
+    dirty_refusal: str | None = None  # uncommitted changes on CI without --allow-dirty (revision.dirty_verdict)
 
 
 class PlanRefused(UserError):
@@ -87,6 +88,7 @@ def judge(plan: Plan, rows: list[TaskRow], live: LiveRevision | None, options: A
     """Fill in the plan's verdict: every reason `apply` with `options` refuses it, and its warnings."""
     plan.live = live
     plan.refused = rail_refusals(plan, rows, options)
+    plan.refused += [options.dirty_refusal] if options.dirty_refusal else []
     if options.checkout is not None:
         refusal, warning = revision.verdict(options.checkout, live, options.allow_older)
         plan.refused += [refusal] if refusal else []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,3 +319,24 @@ def test_the_notifiers_dir_input_names_a_directory_elsewhere(runner: Runner, dsn
     failed = runner.run("plan", dsn, notifiers_dir="config/alerts of team a")
     assert failed.failed and failed["validate"].outcome == "failure"
     assert "config/alerts of team a/oncall.toml" in Path(failed.outputs["comment-file"]).read_text()
+
+
+def test_on_a_checkout_with_uncommitted_changes_plan_and_apply_refuse_unless_allow_dirty(
+    runner: Runner, dsn: str
+) -> None:
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid", "-C", str(runner.workspace)]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "tasks"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    (runner.workspace / "notifiers.d").mkdir()
+    (runner.workspace / "notifiers.d" / "oncall.toml").write_text(ONCALL)  # made by an earlier step, not committed
+    plan = runner.run("plan", dsn)  # the runner sets CI and GITHUB_ACTIONS
+    assert plan.failed and plan.outputs["exit-code"] == "1"
+    comment = Path(plan.outputs["comment-file"]).read_text()
+    assert "uncommitted changes in 1 file(s) of the declared directories (notifiers.d/oncall.toml) on CI" in comment
+    apply = runner.run("apply", dsn)
+    assert apply.failed and "or pass --allow-dirty" in apply["apply"].log and live_tasks(dsn) == []
+    assert not runner.run("plan", dsn, options="--allow-dirty").failed
+    assert not runner.run("apply", dsn, options="--allow-dirty").failed
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT revision FROM scheduler.applies").fetchall() == [(f"{head}-dirty",)]
