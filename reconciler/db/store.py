@@ -68,13 +68,14 @@ psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
 psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzBinaryLoader)
 
 
-class _PoolOutageNoise(logging.Filter):
-    """psycopg_pool warns at every connection attempt that fails and every broken connection it drops:
-    during a 20 s outage, thirty lines beside the engine's own. The engine logs the database's state
-    changes itself (engine/outage.py), naming it and where its DSN came from; the pool's other
-    warnings (a connection returned inside a transaction, …) still show."""
+class _OutageNoise(logging.Filter):
+    """psycopg_pool warns at every connection attempt that fails and every broken connection it drops,
+    and psycopg at every pipeline a lost connection ended while its error was on its way out: during a
+    20 s outage, thirty lines beside the engine's own. The engine logs the database's state changes
+    itself (engine/outage.py), naming it and where its DSN came from; their other warnings (a
+    connection returned inside a transaction, …) still show."""
 
-    NOISE = frozenset(
+    POOL = frozenset(
         {
             "error connecting in %r: %s",
             "reconnection attempt in pool %r failed after %s sec",
@@ -84,10 +85,15 @@ class _PoolOutageNoise(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg not in self.NOISE
+        if record.name == "psycopg.pool":
+            return record.msg not in self.POOL
+        args = record.args if isinstance(record.args, tuple) else ()
+        lost = args and isinstance(args[-1], psycopg.OperationalError)
+        return not (record.msg == "error ignored terminating %r: %s" and lost)
 
 
-logging.getLogger("psycopg.pool").addFilter(_PoolOutageNoise())
+for _name in ("psycopg.pool", "psycopg"):
+    logging.getLogger(_name).addFilter(_OutageNoise())
 
 
 def redact(dsn: str) -> str:

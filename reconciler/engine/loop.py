@@ -207,14 +207,17 @@ class Engine:
         delivering = asyncio.create_task(self.deliverer.run(stop))
         while not stop.is_set():
             try:
+                # The database is back (when it was away) once a statement on a pooled connection went
+                # through: a claim, or the query of how long to sleep; a new listener is not enough.
                 if self._collect():  # first: claims that ended go to the queue, listener or not
                     backoff = 0.5
                     self.outage.answered()
                 if listener is None:
                     listener = await self.store.listen()
-                    self.outage.answered()
                 if not self._more_due and not self.claims:  # the last claim took all that was due
-                    await self._wait(listener, await self._warm_then_sleep(), stop)
+                    seconds = await self._warm_then_sleep()
+                    self.outage.answered()
+                    await self._wait(listener, seconds, stop)
                     self._more_due = True
                     continue
                 limit = min(self.config.batch, self.claim_room())

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from reconciler.db.embedded import DsnOrigin, configured
-from reconciler.db.store import Store, _PoolOutageNoise
+from reconciler.db.store import Store, _OutageNoise
 from reconciler.engine.outage import STILL_DOWN_SECONDS, Outage
 from reconciler.errors import DatabaseUnavailable
 
@@ -139,12 +139,16 @@ async def test_a_store_that_cannot_connect_says_from_where_and_never_the_passwor
     assert store.unavailable(refused.value) is refused.value
 
 
-def test_the_pools_per_attempt_warnings_are_dropped_and_its_others_kept() -> None:
-    def record(msg: str) -> logging.LogRecord:
-        return logging.LogRecord("psycopg.pool", logging.WARNING, __file__, 1, msg, ("pool-1", "x"), None)
+def test_psycopgs_per_attempt_warnings_are_dropped_and_its_others_kept() -> None:
+    def record(name: str, msg: str, error: object = "x") -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, ("pool-1", error), None)
 
-    noise = _PoolOutageNoise()
-    assert not noise.filter(record("error connecting in %r: %s"))
-    assert not noise.filter(record("discarding broken connection: %s"))
-    assert noise.filter(record("rolling back returned connection: %s"))
-    assert any(isinstance(f, _PoolOutageNoise) for f in logging.getLogger("psycopg.pool").filters)
+    noise = _OutageNoise()
+    assert not noise.filter(record("psycopg.pool", "error connecting in %r: %s"))
+    assert not noise.filter(record("psycopg.pool", "discarding broken connection: %s"))
+    assert noise.filter(record("psycopg.pool", "rolling back returned connection: %s"))
+    lost = psycopg.OperationalError("the connection is lost")
+    assert not noise.filter(record("psycopg", "error ignored terminating %r: %s", lost))
+    assert noise.filter(record("psycopg", "error ignored terminating %r: %s", ValueError("a bug")))
+    for name in ("psycopg.pool", "psycopg"):
+        assert any(isinstance(f, _OutageNoise) for f in logging.getLogger(name).filters)
