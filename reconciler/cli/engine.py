@@ -12,34 +12,37 @@ import logging
 from reconciler.cli.console import err, log
 from reconciler.cli.declared import need_tasks_dir
 from reconciler.cli.options import DatabaseOptions, WatchOptions, engine_config
-from reconciler.cli.runtime import stop_on_signals, with_store
+from reconciler.cli.runtime import stop_on_signals, store_for, with_store
 from reconciler.cli.watch import watch_files
 from reconciler.clock import utc_text, utcnow
-from reconciler.db.embedded import resolve_dsn
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
 from reconciler.engine.config import EngineConfig
 from reconciler.engine.loop import Engine, back_off
+from reconciler.engine.outage import Outage
+from reconciler.engine.outage import log as outage_log
 from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
 from reconciler.logs import setup_logging
 from reconciler.output import text as render
 from reconciler.targets.http import Outcome
 
 
-async def open_patiently(store: Store, stop: asyncio.Event) -> bool:
+async def open_patiently(store: Store, stop: asyncio.Event, outage: Outage) -> bool:
     """Connect (and create the schema) with back-off until the database answers; False if stopped first.
 
     An engine started during a database cut-over waits instead of exiting: under Kubernetes
-    an exit is a crash loop. /healthz answers 503 meanwhile.
+    an exit is a crash loop. /healthz answers 503 meanwhile. `outage` logs the wait once, then
+    once a minute, and its end.
     """
     backoff = 0.5
     while not stop.is_set():
         try:
             await store.open()
             await store.init_schema()
+            outage.answered()
             return True
         except DatabaseUnavailable as exc:
-            log.warning("database unavailable (%s); retrying in %.1f s", exc, backoff)
+            outage.failed(exc)
         backoff = await back_off(stop, backoff)
     return False
 
@@ -57,7 +60,7 @@ async def run_engine(store: Store, metrics_addr: str | None, stop: asyncio.Event
     scope = f"sources {', '.join(sources)}" if sources else "every source"
     log.info("engine %s started (%s)", engine.config.engine_id, scope, extra={"fields": fields})
     try:
-        if await open_patiently(store, stop):
+        if await open_patiently(store, stop, engine.outage):
             await engine.serve(stop)
         else:
             await engine.firer.close()
@@ -76,7 +79,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     config, database = engine_config(args, args.sources), DatabaseOptions.of(args)
 
     async def run() -> int:
-        store = Store(resolve_dsn(database.dsn, database.tasks_dir), max_size=engine_pool_size(config))
+        store = store_for(database, engine_pool_size(config))
         engine = Engine(store, config)
         try:
             await run_engine(store, args.metrics_addr, stop_on_signals(engine), engine)
@@ -129,6 +132,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, logging.WARNING if people else logging.INFO)
     if people:  # RunPrinter already gave each run its line on stdout
         logging.getLogger("reconciler.engine").addFilter(lambda record: not is_run_result(record))
+        outage_log.setLevel(logging.INFO)  # "database reachable" ends the warning that the database was not
     config = engine_config(args, (watching.files.source,))  # `up` fires its own tasks only, even on a shared database
 
     async def work(store: Store) -> int:

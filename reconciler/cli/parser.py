@@ -114,7 +114,7 @@ MAX_SLEEP = bounded(float, 0.0, 3600.0)
 def _engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=COUNT, default=100, help="requests in flight in this process")
     parser.add_argument("--metrics-addr", type=host_port, help="HOST:PORT for /metrics, /healthz and /readyz")
-    parser.add_argument("--engine-id", help="name in scheduler.engines and run rows (default host-pid)")
+    parser.add_argument("--engine-id", help="name in scheduler.engines and run rows (default: POD_NAME, else HOST-PID)")
     parser.add_argument("--batch", type=COUNT, default=100, help="due tasks claimed per transaction")
     parser.add_argument("--max-sleep", type=MAX_SLEEP, default=30.0, help="longest sleep between claims (s)")
     parser.add_argument("--drain-seconds", type=SECONDS, default=30.0, help="wait for in-flight runs on SIGTERM")

@@ -27,15 +27,23 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+def store_for(database: DatabaseOptions, pool_size: int = 4) -> Store:
+    """The store (not opened yet) of --dsn, else RECONCILER_DSN, else DATABASE_URL, else the project's
+    embedded server (started if need be); its errors name which one it was."""
+    from reconciler.db.store import Store
+
+    dsn, origin = resolve_dsn(database.dsn, database.tasks_dir)
+    return Store(dsn, origin=origin, max_size=pool_size)
+
+
 def with_store(
     database: DatabaseOptions, work: Callable[[Store], Awaitable[T]], pool_size: int = 4, init: bool = True
 ) -> T:
     """Open the store named by --dsn / env / embedded, initialize the schema (unless `init` is
     False: `plan` never writes), run `work`."""
-    from reconciler.db.store import Store
 
     async def run() -> T:
-        async with Store(resolve_dsn(database.dsn, database.tasks_dir), max_size=pool_size) as store:
+        async with store_for(database, pool_size) as store:
             if init:
                 await store.init_schema()
             return await work(store)

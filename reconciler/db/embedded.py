@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.errors import DatabaseUnavailable, UserError
@@ -113,17 +114,50 @@ def embedded_dsn(home: Path) -> str:
     return str(server.get_uri())
 
 
-def configured_dsn(explicit: str | None) -> str | None:
-    """--dsn, else RECONCILER_DSN, else DATABASE_URL; None means the embedded server."""
-    for value in (explicit, os.environ.get("RECONCILER_DSN"), os.environ.get("DATABASE_URL")):
+@dataclass(frozen=True)
+class DsnOrigin:
+    """Where a DSN came from, for the messages of a database that does not answer: the option or
+    variable that gave it, or the embedded server's data directory (neither: a DSN given in code)."""
+
+    given_by: str | None = None  # "--dsn", "RECONCILER_DSN" or "DATABASE_URL"
+    embedded: Path | None = None  # <project>/.reconciler/pgdata
+
+    def unreachable(self, shown: str, reason: str) -> str:
+        """One line: which database did not answer (`shown`: its DSN without the password), why, what to check."""
+        if self.embedded is not None:
+            return (
+                f"cannot connect to the embedded PostgreSQL in {self.embedded} (no --dsn, RECONCILER_DSN or "
+                f"DATABASE_URL is set): {reason}; if it was stopped, any reconciler command run in the project "
+                "starts it again"
+            )
+        if self.given_by is None:
+            return f"cannot connect to PostgreSQL ({shown}): {reason}; check the DSN"
+        unset = {"DATABASE_URL": " (used because neither --dsn nor RECONCILER_DSN is set)"}.get(self.given_by, "")
+        return f"cannot connect to PostgreSQL ({shown}, from {self.given_by}): {reason}; check {self.given_by}{unset}"
+
+
+def configured(explicit: str | None) -> tuple[str, DsnOrigin] | None:
+    """--dsn, else RECONCILER_DSN, else DATABASE_URL, and which one it was; None means the embedded server."""
+    given = (("--dsn", explicit), ("RECONCILER_DSN", os.environ.get("RECONCILER_DSN")))
+    for name, value in (*given, ("DATABASE_URL", os.environ.get("DATABASE_URL"))):
         if value:
-            return value
+            return value, DsnOrigin(given_by=name)
     return None
 
 
-def resolve_dsn(explicit: str | None, tasks_dir: str = "tasks.d") -> str:
-    """The configured DSN, else the project's embedded server (started if need be)."""
-    return configured_dsn(explicit) or embedded_dsn(home_for(tasks_dir))
+def configured_dsn(explicit: str | None) -> str | None:
+    """The DSN of `configured`; None means the embedded server."""
+    found = configured(explicit)
+    return None if found is None else found[0]
+
+
+def resolve_dsn(explicit: str | None, tasks_dir: str = "tasks.d") -> tuple[str, DsnOrigin]:
+    """The configured DSN, else the project's embedded server's (started if need be), and where it came from."""
+    found = configured(explicit)
+    if found is not None:
+        return found
+    home = home_for(tasks_dir)
+    return embedded_dsn(home), DsnOrigin(embedded=home / "pgdata")
 
 
 def database_label(explicit: str | None, tasks_dir: str = "tasks.d") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import re
 import time
 import weakref
@@ -29,6 +30,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler.db import schema
+from reconciler.db.embedded import DsnOrigin
 from reconciler.db.sqlfile import load_queries
 from reconciler.errors import DatabaseUnavailable, PermissionDenied, StatementCancelled, one_line
 
@@ -66,6 +68,34 @@ psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
 psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzBinaryLoader)
 
 
+class _OutageNoise(logging.Filter):
+    """psycopg_pool warns at every connection attempt that fails and every broken connection it drops,
+    and psycopg at every pipeline a lost connection ended while its error was on its way out: during a
+    20 s outage, thirty lines beside the engine's own. The engine logs the database's state changes
+    itself (engine/outage.py), naming it and where its DSN came from; their other warnings (a
+    connection returned inside a transaction, …) still show."""
+
+    POOL = frozenset(
+        {
+            "error connecting in %r: %s",
+            "reconnection attempt in pool %r failed after %s sec",
+            "discarding broken connection: %s",
+            "discarding closed connection: %s",
+        }
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "psycopg.pool":
+            return record.msg not in self.POOL
+        args = record.args if isinstance(record.args, tuple) else ()
+        lost = args and isinstance(args[-1], psycopg.OperationalError)
+        return not (record.msg == "error ignored terminating %r: %s" and lost)
+
+
+for _name in ("psycopg.pool", "psycopg"):
+    logging.getLogger(_name).addFilter(_OutageNoise())
+
+
 def redact(dsn: str) -> str:
     """A DSN without its password, for error messages."""
     try:
@@ -95,9 +125,9 @@ def _option_name(token: str, dsn: str) -> bool:
     return token == "=" or re.search(rf"(^|\s){re.escape(token)}\s*=", dsn) is not None
 
 
-def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
-    reason = scrub_dsn_echo(one_line(exc), dsn)
-    return DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact(dsn)}): {reason}; check --dsn / RECONCILER_DSN")
+def _unavailable(dsn: str, exc: BaseException, origin: DsnOrigin) -> DatabaseUnavailable:
+    """The database did not answer: one line naming it (never its password), why, and where its DSN came from."""
+    return DatabaseUnavailable(origin.unreachable(redact(dsn), scrub_dsn_echo(one_line(exc), dsn)))
 
 
 GRANTS_HINT = "grant it: see `reconciler db grants`"
@@ -201,8 +231,11 @@ class TaskRow:
 class Store:
     """A connection pool plus the named queries."""
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, timeout: float = 10.0) -> None:
+    def __init__(
+        self, dsn: str, *, origin: DsnOrigin | None = None, min_size: int = 1, max_size: int = 4, timeout: float = 10.0
+    ) -> None:
         self.dsn = dsn
+        self.origin = origin or DsnOrigin()  # named by the errors of a database that does not answer
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
             min_size=min_size,
@@ -231,14 +264,19 @@ class Store:
             await probe.close()
             await self.pool.open(wait=True, timeout=15)
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
-            raise _unavailable(self.dsn, exc) from None
+            raise _unavailable(self.dsn, exc, self.origin) from None
         except Exception as exc:  # PoolTimeout and friends
             if exc.__class__.__module__.startswith("psycopg"):
-                raise _unavailable(self.dsn, exc) from None
+                raise _unavailable(self.dsn, exc, self.origin) from None
             raise
 
     async def close(self) -> None:
         await self.pool.close()
+
+    def unavailable(self, exc: BaseException) -> BaseException:
+        """A database fault as one line naming this database and where its DSN came from (a
+        DatabaseUnavailable says so already; a connection lost mid-statement, e.g. the listener's, does not)."""
+        return exc if isinstance(exc, DatabaseUnavailable) else _unavailable(self.dsn, exc, self.origin)
 
     async def recover(self) -> None:
         """After a fault, replace every broken idle connection at once.
@@ -270,7 +308,7 @@ class Store:
                     raise _cancelled(exc, conn, None) from None
                 self._used[conn] = time.monotonic()
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise _unavailable(self.dsn, exc) from None
+            raise _unavailable(self.dsn, exc, self.origin) from None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Conn]:
@@ -460,7 +498,7 @@ class Store:
         try:
             conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
-            raise _unavailable(self.dsn, exc) from None
+            raise _unavailable(self.dsn, exc, self.origin) from None
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
         return conn
 

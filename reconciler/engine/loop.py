@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from reconciler.db import queries
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.claim import Claimed, Claimer, Report
 from reconciler.engine.config import EngineConfig
+from reconciler.engine.outage import Outage
 from reconciler.engine.pacing import CLAIMS_AT_ONCE, Pacer
 from reconciler.engine.results import Results
 from reconciler.engine.runner import Observer, execute
@@ -55,8 +56,11 @@ async def back_off(stop: asyncio.Event, seconds: float) -> float:
     return backoff_delay(seconds, 2, cap=RECONNECT_CAP)
 
 
-def default_engine_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+def default_engine_id(environ: Mapping[str, str] = os.environ) -> str:
+    """The id of an engine started without --engine-id: POD_NAME as is (Kubernetes sets it from the
+    pod's name: one engine per pod, and a container restarted in its pod keeps its id), else
+    HOST-PID (unique among the engines of one host, new at each start)."""
+    return environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
 class Engine:
@@ -85,6 +89,7 @@ class Engine:
         self._more_due = True  # the last claim to end took all it asked for: more may be due
         self.observers: list[Observer] = []
         self.upkeep = Upkeep(store, config, lambda: self.clock)  # heartbeat, retention, late scan
+        self.outage = Outage()  # the database's state, logged once per change
 
     async def claim(self, now: datetime | None, limit: int | None = None) -> Report:
         """One claim transaction (see claim.py) of at most `limit` due tasks (default --batch) at `now` (None:
@@ -202,12 +207,17 @@ class Engine:
         delivering = asyncio.create_task(self.deliverer.run(stop))
         while not stop.is_set():
             try:
+                # The database is back (when it was away) once a statement on a pooled connection went
+                # through: a claim, or the query of how long to sleep; a new listener is not enough.
                 if self._collect():  # first: claims that ended go to the queue, listener or not
                     backoff = 0.5
+                    self.outage.answered()
                 if listener is None:
                     listener = await self.store.listen()
                 if not self._more_due and not self.claims:  # the last claim took all that was due
-                    await self._wait(listener, await self._warm_then_sleep(), stop)
+                    seconds = await self._warm_then_sleep()
+                    self.outage.answered()
+                    await self._wait(listener, seconds, stop)
                     self._more_due = True
                     continue
                 limit = min(self.config.batch, self.claim_room())
@@ -219,7 +229,7 @@ class Engine:
                 await self._settle(stop, timeout=1.0)
             except Exception as exc:  # the database away, or a bug: log, back off, go on; never exit
                 if isinstance(exc, DB_FAULTS):
-                    log.warning("database unavailable (%s); retrying in %.1f s", one_line(exc), backoff)
+                    self.outage.failed(self.store.unavailable(exc))  # a line when the outage starts, one a minute
                 else:
                     log.error(
                         "claim failed (%s: %s); retrying in %.1f s",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,11 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
+INSTALL_DOC = PROJECT / "docs" / "install.md"
+# Marks a ```sh block of docs/install.md that test_wheel.py runs as written.
+RUNS_THIS_BLOCK = "<!-- tests/cli/test_wheel.py runs this block -->"
+# The only words of a marked block the test changes: where the documented venvs go.
+VENV_PLACEHOLDER = re.compile(r"/opt/reconciler\b|(?<![\w./-])\.venv\b")
 
 # Building and installing do not depend on the database server, and they are slow: CI's second
 # pass (against an external PostgreSQL, RECONCILER_TEST_DSN) does not repeat them.
@@ -59,3 +65,28 @@ def run(argv: list[str | Path], cwd: Path, env: dict[str, str] | None = None, ti
     )
     assert done.returncode == 0, f"{argv} exited {done.returncode}:\n{done.stdout}"
     return done.stdout
+
+
+def install_blocks() -> list[list[str]]:
+    """The lines of each ```sh block of docs/install.md marked RUNS_THIS_BLOCK, in order."""
+    lines = INSTALL_DOC.read_text().splitlines()
+    blocks = []
+    for at, line in enumerate(lines):
+        if line.strip() == RUNS_THIS_BLOCK:
+            assert lines[at + 1].strip() == "```sh", f"docs/install.md:{at + 2}: a marked block must follow its mark"
+            end = lines.index("```", at + 2)
+            blocks.append([text.strip() for text in lines[at + 2 : end] if text.strip()])
+    return blocks
+
+
+def run_block(block: list[str], venv: Path, cwd: Path) -> str:
+    """A documented block as one bash script, its venv paths replaced by `venv`, with `python3` the
+    interpreter running the tests; its combined output."""
+    shims = venv.parent / "shims"
+    shims.mkdir(exist_ok=True)
+    if not (shims / "python3").exists():
+        (shims / "python3").symlink_to(sys.executable)
+    env = outside_env()
+    env["PATH"] = os.pathsep.join([str(shims), env.get("PATH", "")])
+    script = "\n".join(VENV_PLACEHOLDER.sub(str(venv), line) for line in block)
+    return run(["bash", "-eo", "pipefail", "-c", script], cwd, env=env, timeout=300)

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from reconciler.cli.parser import build_parser
+from reconciler.engine.loop import default_engine_id
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -28,6 +29,10 @@ def test_kubernetes_engine_has_three_replicas_probes_and_valid_args() -> None:
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert {e["name"] for e in container["env"]} >= {"RECONCILER_DSN"}
+        # The engine's id is the pod's name (default_engine_id reads POD_NAME): one engine per pod.
+        [pod_name] = [e for e in container["env"] if e["name"] == "POD_NAME"]
+        assert pod_name["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        assert default_engine_id({"POD_NAME": "reconciler-engine-abc12"}) == "reconciler-engine-abc12"
 
 
 def test_systemd_unit_runs_a_valid_engine_command() -> None:

@@ -10,6 +10,7 @@ from reconciler.db.grants import ROLE_COMMANDS, ROLE_PRIVILEGES, grants_sql, pri
 from reconciler.db.schema import load_schemata
 from reconciler.db.store import QUERIES, needed_privileges
 from reconciler.errors import UserError
+from tests.generated_docs import COMMAND, DEPLOY_README, PARTS, ROOT, part
 
 
 def test_every_declared_table_has_its_grants_decided() -> None:
@@ -71,6 +72,16 @@ def test_refused_query_names_the_privileges_it_uses(query: str, table: str, expe
     assert needed_privileges(QUERIES[query], table) == (f"scheduler.{table}", expected)
 
 
-def test_deploy_readme_shows_the_privilege_table() -> None:
-    readme = (Path(__file__).parents[2] / "deploy" / "README.md").read_text()
-    assert privilege_table() in readme
+@pytest.mark.parametrize(("path", "name"), list(PARTS), ids=[name for _, name in PARTS])
+def test_deploy_readme_shows_what_the_code_prints_now(path: Path, name: str) -> None:
+    """deploy/README.md's privilege table and GRANTs are `privilege_table()` and `reconciler db grants`'s output."""
+    shown, now = part(path, name), PARTS[path, name]() + "\n"
+    assert shown == now, f"{path.relative_to(ROOT)}'s {name} is stale: run `{COMMAND}` from the repository root"
+
+
+def test_the_generated_grants_name_every_declared_table_and_the_roles_shown() -> None:
+    grants = part(DEPLOY_README, "grants")
+    for table in load_schemata().tables:
+        assert f'"scheduler"."{table.name}"' in grants, table.name
+    assert 'TO "reconciler_plan";' in grants and 'TO "reconciler_engine";' in grants
+    assert privilege_table() in part(DEPLOY_README, "privilege-table")
