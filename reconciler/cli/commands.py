@@ -154,15 +154,18 @@ def read_saved_plan(path: str, source: str) -> dict[str, Any]:
 def cmd_apply(args: argparse.Namespace) -> int:
     from reconciler.output import planview
     from reconciler.reconcile.apply import apply_tasks
+    from reconciler.reconcile.audit import Operator
 
     files, output = FilesOptions.of(args), OutputOptions(no_color=args.no_color)
     verdict = VerdictOptions.of(args)
+    operator = Operator.resolve(args.actor, args.reason)
     saved = read_saved_plan(args.planfile, files.source) if args.planfile else None
 
     async def work(store: Store, loaded: LoadResult) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
         # Only apply records a revision; plan needs none, so it runs no `git log`.
-        options = replace(verdict_options(verdict, files, saved), revision=detect(Path(files.tasks_dir), args.revision))
+        revision = detect(Path(files.tasks_dir), args.revision)
+        options = replace(verdict_options(verdict, files, saved), revision=revision, operator=operator)
         result = await apply_tasks(store, loaded.tasks, files.source, None, options, loaded.notifiers)
         print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")

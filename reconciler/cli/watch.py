@@ -38,6 +38,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
     """One apply of the task and notifier files for watch/up: errors are reported and nothing is applied."""
     from reconciler.output import planview
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
+    from reconciler.reconcile.audit import Operator
 
     stamp = utcnow().strftime("%H:%M:%S")
     files = options.files
@@ -52,7 +53,8 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
             err(f"[{stamp}] {len(loaded.errors)} error(s); nothing applied, still watching")
             return
         # No revision check: the working tree is what `watch` and `up` are for (README, "Revisions").
-        verdict = ApplyOptions(prune=options.prune, revision=detect(Path(files.tasks_dir), None))
+        revision, operator = detect(Path(files.tasks_dir), None), Operator.resolve(options.actor, None)
+        verdict = ApplyOptions(prune=options.prune, revision=revision, operator=operator)
         result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
