@@ -81,9 +81,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     for task_id in outcome.ended:
         print(render.safe(f"{task_id}: its pause had already ended (--until); cleared"))
     if outcome.audit_id is None:  # nothing was paused: nothing written, not even the audit row
-        which = ", ".join(outcome.not_paused) + (" is" if len(outcome.not_paused) == 1 else " are")
-        named = which if outcome.not_paused else f"no task of {selection.describe()} is"
-        raise UserError(render.safe(f"{named} not paused; nothing to resume (`reconciler status` shows pauses)"))
+        verb = " is not" if len(outcome.not_paused) == 1 else " are not"
+        named = ", ".join(outcome.not_paused) + verb if outcome.not_paused else f"no task of {selection.describe()} is"
+        raise UserError(render.safe(f"{named} paused; nothing to resume (`reconciler status` shows pauses)"))
     print(f"{len(outcome.done)} task(s) resumed from now; paused time is not caught up (audit #{outcome.audit_id})")
     for task_id in outcome.not_paused:
         err(render.safe(f"error: {task_id} is not paused"))

@@ -28,11 +28,14 @@ from tests.integration.engine_support import NOW, next_run, runs, setup
 MINUTE = timedelta(minutes=1)
 
 
-def pause_row(dsn: str, task_id: str, until: datetime | None = None, by: str = "alice", why: str = "db migration") -> None:
+def pause_row(
+    dsn: str, task_id: str, until: datetime | None = None, by: str = "alice", why: str = "db migration"
+) -> None:
     """A pause as `reconciler pause` writes it, at the injected time (the command takes the database's clock)."""
     with psycopg.connect(dsn) as conn:
         conn.execute(
-            "INSERT INTO scheduler.pauses (task_id, paused_at, paused_by, reason, paused_until) VALUES (%s, %s, %s, %s, %s)",
+            "INSERT INTO scheduler.pauses (task_id, paused_at, paused_by, reason, paused_until)"
+            " VALUES (%s, %s, %s, %s, %s)",
             (task_id, NOW, by, why, until),
         )
 
@@ -52,7 +55,11 @@ async def test_a_paused_task_is_recorded_skipped_and_advanced_while_the_others_f
     assert (report.fired, report.skipped) == (1, 1)
     assert [r.path for r in rec.paths()] == ["/b"]
     [skipped] = runs(dsn, "a")
-    assert (skipped["status"], skipped["kind"], skipped["error"]) == ("skipped", "scheduled", "paused by alice: db migration")
+    assert (skipped["status"], skipped["kind"], skipped["error"]) == (
+        "skipped",
+        "scheduled",
+        "paused by alice: db migration",
+    )
     assert next_run(dsn, "a") == NOW + 10 * MINUTE  # advanced: nothing piles up behind the pause
 
     # engines down for ten minutes: every due occurrence is recorded skipped, none missed, none fired
@@ -90,7 +97,8 @@ async def test_a_paused_occurrence_raises_no_missed_and_no_late(
         tmp_path,
         {
             "notifiers.d/oncall": f'kind = "webhook"\nurl = "{url}/hook"\n',
-            "tasks.d/a": cron(f"{url}/a") + '[notify]\nmissed = ["oncall"]\nlate = ["oncall"]\nlate_after_seconds = 10\n',
+            "tasks.d/a": cron(f"{url}/a")
+            + '[notify]\nmissed = ["oncall"]\nlate = ["oncall"]\nlate_after_seconds = 10\n',
         },
     )
     loaded = load_dir(tmp_path / "tasks.d", "tasks.d")
@@ -137,7 +145,9 @@ def test_apply_keeps_a_pause_deletes_it_with_its_task_and_moves_it_with_a_rename
     assert set(pauses(dsn)) == {"a", "b2"}
 
 
-async def test_resume_recomputes_next_run_at_from_now_without_catching_up(store: Store, dsn: str, tmp_path: Path) -> None:
+async def test_resume_recomputes_next_run_at_from_now_without_catching_up(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
     await setup(store, tmp_path, {"a": cron(expr="* * * * *"), "off": cron(top="enabled = false")})
     pause_row(dsn, "a")
     pause_row(dsn, "off")

@@ -33,7 +33,9 @@ def at(*seconds: int) -> list[datetime]:
         (-5, 10, [], [0, 5, 10]),  # ended before every occurrence
     ],
 )
-def test_a_pause_holds_what_fell_due_before_its_end(until: int | None, now: int, held: list[int], rest: list[int]) -> None:
+def test_a_pause_holds_what_fell_due_before_its_end(
+    until: int | None, now: int, held: list[int], rest: list[int]
+) -> None:
     pause = Pause("alice", "db migration", None if until is None else T0 + until * S)
     skipped, others = decide_paused(at(0, 5, 10), T0 + now * S, pause)
     assert [d.scheduled_for for d in skipped] == at(*held)
@@ -82,11 +84,11 @@ def test_the_actor_is_the_option_else_github_actor_else_user_at_host() -> None:
     assert Operator.resolve(None, None, {"GITHUB_ACTOR": "octocat"}) == Operator("octocat")
     assert Operator.resolve(None, None, {"GITHUB_ACTOR": ""}).actor == whoami()
     assert "@" in whoami()
-    with pytest.raises(UserError, match="^GITHUB_ACTOR: control character"):
+    with pytest.raises(UserError, match=r"^GITHUB_ACTOR: control character"):
         Operator.resolve(None, None, {"GITHUB_ACTOR": "bot\nINJECTED"})
-    with pytest.raises(UserError, match="^--actor: "):
+    with pytest.raises(UserError, match=r"^--actor: "):
         Operator.resolve("\0", None, {})
-    with pytest.raises(UserError, match="^--reason: "):
+    with pytest.raises(UserError, match=r"^--reason: "):
         Operator.resolve("alice", "x" * 501, {})
 
 
