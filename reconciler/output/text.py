@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_iso, utc_text
 from reconciler.files.tasks import Task
+from reconciler.reconcile.revision import short
 from reconciler.schedule.base import Fire
 from reconciler.schedule.describe import describe_trigger, fire_line
 
@@ -98,7 +99,9 @@ def audit_line(row: Mapping[str, Any]) -> str:
         f" and {len(ids) - AUDIT_IDS_SHOWN} more" if len(ids) > AUDIT_IDS_SHOWN else ""
     )
     details = row["details"] if isinstance(row["details"], dict) else {}
-    facts = [f"{k.replace('_', ' ')} {v}" for k, v in details.items() if k in ("run_id", "until", "revision") and v]
+    facts = [f"{k.replace('_', ' ')} {v}" for k, v in details.items() if k in ("run_id", "until") and v]
+    if isinstance(details.get("revision"), str):
+        facts.append(f"revision {short(details['revision'])}")
     if isinstance(details.get("counts"), dict):
         facts += [f"{v} {k}" for k, v in details["counts"].items() if v]
     if details.get("selected"):
