@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,14 +171,16 @@ def read_saved_plan(path: str, source: str) -> dict[str, Any]:
 def cmd_apply(args: argparse.Namespace) -> int:
     from reconciler.output import planview
     from reconciler.reconcile.apply import apply_tasks
+    from reconciler.reconcile.audit import Operator
 
     files, output = FilesOptions.of(args), OutputOptions(no_color=args.no_color)
     verdict = VerdictOptions.of(args)
+    operator = Operator.resolve(args.actor, args.reason)
     saved = read_saved_plan(args.planfile, files.source) if args.planfile else None
 
     async def work(store: Store, loaded: LoadResult) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
-        options = verdict_options(verdict, files, saved, apply=True, revision=args.revision)
+        options = replace(verdict_options(verdict, files, saved, apply=True, revision=args.revision), operator=operator)
         result = await apply_tasks(store, loaded.tasks, files.source, None, options, loaded.notifiers)
         print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")

@@ -18,15 +18,17 @@ from zoneinfo import ZoneInfo
 from reconciler.cli.options import DatabaseOptions, parse_instant
 from reconciler.cli.runtime import with_store
 from reconciler.clock import local_text, utc_text
-from reconciler.db import command_queries
+from reconciler.db import command_queries, operator_queries
 from reconciler.db.command_queries import ApplyRow, EngineRow, History, LiveSourceRow, OutboxRow, RunRow, StatusRow
 from reconciler.db.embedded import database_label, home_for, stop_embedded
 from reconciler.db.grants import grants_sql
+from reconciler.db.operator_queries import PauseRow
 from reconciler.db.store import Conn, Row, Store, TaskRow
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, one_line
 from reconciler.output import text as render
 from reconciler.output.explain import TaskState, explain, notified_line, occurrences_around, span
 from reconciler.output.masking import mask_text
+from reconciler.reconcile.audit import Operator, record
 from reconciler.reconcile.plan import is_drifted
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import TaskSpec
@@ -65,15 +67,18 @@ def _local(moment: datetime | None, zone: str, machine: bool = False) -> str | N
 def cmd_status(args: argparse.Namespace) -> int:
     database = DatabaseOptions.of(args)
 
-    async def work(store: Store) -> tuple[list[StatusRow], list[EngineRow], list[LiveSourceRow], datetime]:
+    async def work(
+        store: Store,
+    ) -> tuple[list[StatusRow], list[EngineRow], list[LiveSourceRow], datetime, dict[str, PauseRow]]:
         async with store.reading() as conn:
             rows = await command_queries.status_rows(conn)
             engines = await command_queries.engines_live(conn, seconds=float(ENGINE_LIVE_SECONDS))
             live = await command_queries.applies_live_sources(conn)
             [clock] = await command_queries.clock_now(conn, now=None)  # overdue by the database's clock
-        return rows, engines, live, clock["now"]
+            pauses = await operator_queries.pauses_readable(conn, ids=None)
+        return rows, engines, live, clock["now"], pauses
 
-    rows, engines, revisions, now = with_store(database, work)
+    rows, engines, revisions, now, pauses = with_store(database, work)
 
     items = []
     for row in rows:
@@ -88,12 +93,15 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "timezone": row["timezone"],
                 "next_run_at": next_run_at,
                 "next_run_local": _local(next_run_at, row["timezone"], machine=args.format == "json"),
-                "overdue": render.is_overdue(row["enabled"], next_run_at, render.grace_seconds(task_row.spec), now),
+                # a paused task fires nothing on purpose: no engine is failing to claim it
+                "overdue": row["id"] not in pauses
+                and render.is_overdue(row["enabled"], next_run_at, render.grace_seconds(task_row.spec), now),
                 "last_run_at": row["last_scheduled_for"],
                 "last_status": row["last_status"],
                 "last_scheduled_for": row["last_scheduled_for"],
                 "last_finished_at": row["last_finished_at"],
                 "drift": is_drifted(task_row),
+                "paused": paused_fields(pauses.get(row["id"])),
             }
         )
     live = [
@@ -106,7 +114,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.format == "json":
         data = {
             "database": database_label(database.dsn, database.tasks_dir),
-            "tasks": render.json_rows(items),
+            "tasks": [
+                {**task, "paused": render.json_rows([task["paused"]])[0] if task["paused"] else None}
+                for task in render.json_rows(items)
+            ],
             "engines": render.json_rows(live),
             "live_revisions": render.json_rows(applied),
         }
@@ -115,6 +126,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(render.safe(f"database: {database_label(database.dsn, database.tasks_dir)}"))
     print(render.status_text(items, live, applied))  # ids, hosts and revisions may come from anywhere: escaped there
     return EXIT_OK
+
+
+def paused_fields(pause: PauseRow | None) -> dict[str, Any] | None:
+    """A task's pause in force for `status` (by, reason, since, until), None when it is not paused."""
+    if pause is None:
+        return None
+    return {
+        "paused_by": pause["paused_by"],
+        "reason": pause["reason"],
+        "paused_at": pause["paused_at"],
+        "paused_until": pause["paused_until"],
+    }
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -143,19 +166,29 @@ QUEUED_HINT_SECONDS = 10.0
 def cmd_trigger(args: argparse.Namespace) -> int:
     """Queue a manual run; with --wait, follow it to its end (exit 0 if it succeeded, else 1)."""
 
+    operator = Operator.resolve(args.actor, args.reason)
+
     async def work(store: Store) -> int:
         async with store.transaction() as conn:
             found = await command_queries.task_get(conn, id=args.id)
             if not found:
                 raise UserError(f"unknown task {args.id!r}; see `reconciler status` for the ids")
             [row] = await command_queries.run_queue_manual(conn, task_id=args.id, now=None)
+            await record(conn, operator, "trigger", found[0]["source"], [args.id], {"run_id": row["id"]})
             await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [args.id]}))
+            pause = (await operator_queries.pauses_readable(conn, ids=[args.id])).get(args.id)
         run_id = row["id"]
         print(
             f"queued manual run {run_id} of {render.safe(args.id)}; the schedule is unchanged; "
             f"it waits for a free slot (`reconciler cancel {run_id}` while queued)",
             flush=True,
         )
+        if pause is not None:  # an explicit operator action: a pause holds the schedule, not manual runs
+            print(
+                render.safe(
+                    f"note: {args.id} is paused ({pause['paused_by']}: {pause['reason']}); a manual run runs anyway"
+                )
+            )
         if not args.wait:
             return EXIT_OK
         return await follow_run(store, run_id)
@@ -198,11 +231,18 @@ async def follow_run(store: Store, run_id: int) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a queued manual run (recorded `skipped`, with who cancelled it in its error)."""
 
+    operator = Operator.resolve(args.actor, args.reason)
+
     async def work(store: Store) -> int:
         async with store.transaction() as conn:
-            reason = "cancelled with `reconciler cancel` before it started"
+            reason = f"cancelled by {operator.actor} with `reconciler cancel` before it started"
+            reason += f": {operator.reason}" if operator.reason else ""
             done = await command_queries.run_cancel(conn, run_id=args.run_id, now=None, error=reason)
             if done:
+                task_id = done[0]["task_id"]
+                task = await command_queries.task_get(conn, id=task_id)  # a deleted task's run has no source
+                source = task[0]["source"] if task else None
+                await record(conn, operator, "cancel", source, [task_id], {"run_id": args.run_id})
                 print(f"cancelled manual run {args.run_id} of {render.safe(done[0]['task_id'])} (recorded skipped)")
                 return EXIT_OK
             found = await command_queries.run_get(conn, run_id=args.run_id)
@@ -248,7 +288,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
             lo, hi = span(shown, at)
             between = await command_queries.runs_between(conn, task_id=args.id, lo=lo, hi=hi)
             runs = await with_notifications(conn, between)
-        task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"])
+            pause = (await operator_queries.pauses_readable(conn, ids=[args.id])).get(args.id)
+        task = TaskState(
+            row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"], pause
+        )
         lines = explain(task, shown, runs, at, now)
         changed = row["revision"] or "unknown (applied without a revision)"
         return [*lines[:1], f"last changed by revision {changed} at {utc_text(row['updated_at'])}", *lines[1:]]

@@ -80,10 +80,11 @@ class WatchOptions:
     files: FilesOptions
     prune: bool = True
     debounce_ms: int = 300
+    actor: str | None = None  # --actor, for the audit rows of its applies
 
     @classmethod
     def of(cls, args: Namespace) -> WatchOptions:
-        return cls(FilesOptions.of(args), not args.no_prune, args.debounce_ms)
+        return cls(FilesOptions.of(args), not args.no_prune, args.debounce_ms, args.actor)
 
 
 def engine_config(args: Namespace, sources: tuple[str, ...]) -> EngineConfig:

@@ -55,6 +55,11 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         help="ownership label of this repo's tasks (default `default`); `engine` takes it repeatedly: "
         "claim only those sources' tasks (default: every source)",
     )
+    parser.add_argument(
+        "--actor",
+        default=default(None),
+        help="who takes an operator action, for the audit log (default: GITHUB_ACTOR, else user@host)",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], default=default("text"))
     parser.add_argument(
         "--no-color", action="store_true", default=default(False), help="no ANSI colours (as does a non-empty NO_COLOR)"
@@ -156,6 +161,10 @@ def _verdict_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _reason(parser: argparse.ArgumentParser, help_text: str = "why, for the audit log (`reconciler audit`)") -> None:
+    parser.add_argument("--reason", help=help_text)
+
+
 def _allow_env(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--allow-env", action="append", default=[], metavar="PATTERN", help=help_text)
 
@@ -206,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=revision_name,
         help="the revision applied (default: git HEAD of --tasks-dir, else CI variables)",
     )
+    _reason(apply)
 
     watch = add("watch", "cli.watch:cmd_watch", "apply whenever the task files change")
     watch.add_argument("--no-prune", action="store_true")
@@ -260,11 +270,22 @@ def build_parser() -> argparse.ArgumentParser:
     trigger.add_argument(
         "--wait", action="store_true", help="follow the run: print its result, exit 0 if it succeeded, 1 if not"
     )
+    _reason(trigger)
     cancel = add("cancel", "cli.db:cmd_cancel", "cancel a manual run that is still queued")
     cancel.add_argument("run_id", type=bounded(int, 1, 2**63 - 1), metavar="RUN_ID")
-    add(
-        "down", "cli.db:cmd_down", "stop this project's embedded PostgreSQL (started by any command without --dsn)"
-    )
+    _reason(cancel)
+    pause = add("pause", "cli.operator:cmd_pause", "pause tasks at runtime: their occurrences are skipped (not in git)")
+    pause.add_argument("ids", nargs="*", metavar="ID", help="the tasks (or --source S: every task of that source)")
+    _reason(pause, "why (required): shown in runs, status, explain, plan and the audit log")
+    pause.add_argument("--until", metavar="T", help="ISO date-time at which the pause ends by itself (no offset = UTC)")
+    resume = add("resume", "cli.operator:cmd_resume", "end a pause: the tasks fire again from now (no catch-up)")
+    resume.add_argument("ids", nargs="*", metavar="ID", help="the tasks (or --source S: its paused tasks)")
+    _reason(resume)
+    audit = add("audit", "cli.operator:cmd_audit", "operator actions, newest first: who, what, when and why")
+    audit.add_argument("id", nargs="?", metavar="ID", help="only the actions on this task")
+    audit.add_argument("--limit", type=LIMIT, default=50)
+    fmt(audit, "json")
+    add("down", "cli.db:cmd_down", "stop this project's embedded PostgreSQL (started by any command without --dsn)")
 
     explain = add("explain", "cli.db:cmd_explain", "why a task did or did not fire around a time")
     explain.add_argument("id", metavar="ID")

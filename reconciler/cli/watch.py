@@ -38,6 +38,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
     """One apply of the task and notifier files for watch/up: errors are reported and nothing is applied."""
     from reconciler.output import planview
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
+    from reconciler.reconcile.audit import Operator
 
     stamp = utcnow().strftime("%H:%M:%S")
     files = options.files
@@ -54,7 +55,8 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
         # No revision check, and uncommitted changes neither warn nor refuse: the working tree is what `watch`
         # and `up` are for (docs/gitops.md, "Revisions"). They are recorded as such (`<sha>-dirty`).
         dirty = bool(working_tree(Path(files.tasks_dir), declared_dirs(files)).changed)
-        verdict = ApplyOptions(prune=options.prune, revision=detect(Path(files.tasks_dir), None, dirty=dirty))
+        revision = detect(Path(files.tasks_dir), None, dirty=dirty)
+        verdict = ApplyOptions(prune=options.prune, revision=revision, operator=Operator.resolve(options.actor, None))
         result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")

@@ -79,8 +79,8 @@ async def applies_insert(
     changes: Jsonb,
     plan_digest: str,
 ) -> int:
-    """The audit row of one apply (`counts` and `changes` as jsonb)."""
-    return await Store.execute(
+    """The row of one apply (`counts` and `changes` as jsonb); its id."""
+    rows = await Store.fetch(
         conn,
         "applies_insert",
         {
@@ -95,6 +95,8 @@ async def applies_insert(
             "plan_digest": plan_digest,
         },
     )
+    applied: int = rows[0]["id"]
+    return applied
 
 
 async def notifiers_all(conn: Conn) -> list[StoredNotifierRow]:

@@ -26,11 +26,14 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "applies": ("SELECT",),
         "notifiers": ("SELECT",),
         "notifications": ("SELECT",),
+        "pauses": ("SELECT",),
+        "audit": ("SELECT",),
     },
     "applier": {
         "tasks": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-        # a `moved_from` rename carries run history and leases over; `trigger` queues a manual run
-        "runs": ("SELECT", "INSERT", "UPDATE(task_id)"),
+        # a `moved_from` rename carries run history and leases over; `trigger` queues a manual run and
+        # `cancel` ends a queued one
+        "runs": ("SELECT", "INSERT", "UPDATE(task_id, status, finished_at, error)"),
         "run_leases": ("SELECT", "UPDATE(task_id)"),
         "engines": ("SELECT",),
         "applies": ("SELECT", "INSERT"),
@@ -39,6 +42,10 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "notifications": ("SELECT", "UPDATE(status, next_attempt_at, error)"),
         # a task deleted, or its failure/recovery/lost subscribers changed, starts its failing state afresh
         "notify_state": ("SELECT", "DELETE"),
+        # `pause` and `resume` (and an apply deleting or moving a paused task)
+        "pauses": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        # every operator action's row; never rewritten or deleted by an operator command
+        "audit": ("SELECT", "INSERT"),
     },
     "engine": {
         "tasks": ("SELECT", "UPDATE(next_run_at)"),
@@ -51,13 +58,17 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "notify_state": ("SELECT", "INSERT", "UPDATE"),
         # the leases on fleet-wide work (metrics, the late scan): taken, renewed and read
         "leader": ("SELECT", "INSERT", "UPDATE"),
+        # read, never written: a leaked engine credential cannot resume a paused task
+        "pauses": ("SELECT",),
+        # retention deletes rows older than --keep-runs-days; no UPDATE: it cannot rewrite one
+        "audit": ("SELECT", "DELETE"),
     },
 }
 
 # What each role may run (for the README and the comments of the generated SQL).
 ROLE_COMMANDS: dict[str, str] = {
-    "planner": "plan, status, runs, notifications, explain, export, history",
-    "applier": "the planner's commands, apply, watch, trigger",
+    "planner": "plan, status, runs, notifications, explain, export, history, audit",
+    "applier": "the planner's commands, apply, watch, trigger, cancel, pause, resume",
     "engine": "engine",
 }
 

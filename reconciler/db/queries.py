@@ -33,6 +33,9 @@ class DueRow(TypedDict):
     id: str
     spec_key: int  # the 64-bit hash of the stored spec text
     next_run_at: datetime
+    paused_by: str | None  # its pause (`reconciler pause`), in force or ended; None when it has none
+    paused_reason: str | None
+    paused_until: datetime | None
 
 
 class QueuedRow(TypedDict):
@@ -262,6 +265,11 @@ async def notifications_prune_age(conn: Conn, *, before: datetime, batch: int, s
     """At most `batch` delivered or given-up notifications created before `before` deleted; how many."""
     params = {"before": before, "batch": batch, "sources": list(sources)}
     return await Store.execute(conn, "notifications_prune_age", params)
+
+
+async def audit_prune_age(conn: Conn, *, before: datetime, batch: int, sources: Sequence[str]) -> int:
+    """At most `batch` audit rows written before `before` deleted; how many."""
+    return await Store.execute(conn, "audit_prune_age", {"before": before, "batch": batch, "sources": list(sources)})
 
 
 async def engine_heartbeat(

@@ -162,6 +162,14 @@ UPDATE scheduler.run_leases SET task_id = %(id)s WHERE task_id = %(old_id)s;
 -- name: task_delete
 DELETE FROM scheduler.tasks WHERE id = %(id)s;
 
+-- name: pause_delete
+-- With task_delete: a deleted task's pause goes with it (a task re-created under its id is not paused).
+DELETE FROM scheduler.pauses WHERE task_id = %(id)s;
+
+-- name: pause_move
+-- With runs_move: a moved task stays paused under its new id.
+UPDATE scheduler.pauses SET task_id = %(id)s WHERE task_id = %(old_id)s;
+
 -- name: applies_insert
 INSERT INTO scheduler.applies (source, revision, author, message, reference, applied_at, counts, changes,
                                plan_digest)
@@ -234,12 +242,15 @@ SELECT COALESCE(%(now)s::timestamptz, now()) AS now;
 
 -- name: claim_due
 -- The claim: due rows (by the database's clock), oldest first, skipping rows another replica holds.
--- %(sources)s scopes an engine (`engine --source`); empty: every source.
-SELECT id, hashtextextended(spec::text, 0) AS spec_key, next_run_at FROM scheduler.tasks
- WHERE enabled AND next_run_at <= COALESCE(%(now)s::timestamptz, now())
-   AND {{of_sources(source)}}
- ORDER BY next_run_at
- FOR UPDATE SKIP LOCKED
+-- %(sources)s scopes an engine (`engine --source`); empty: every source. A paused task is claimed too,
+-- with its pause (NULLs when none): the claim records its due occurrences skipped and advances it.
+SELECT t.id, hashtextextended(t.spec::text, 0) AS spec_key, t.next_run_at,
+       p.paused_by, p.reason AS paused_reason, p.paused_until
+  FROM scheduler.tasks t LEFT JOIN scheduler.pauses p ON p.task_id = t.id
+ WHERE t.enabled AND t.next_run_at <= COALESCE(%(now)s::timestamptz, now())
+   AND {{of_sources(t.source)}}
+ ORDER BY t.next_run_at
+ FOR UPDATE OF t SKIP LOCKED
  LIMIT %(batch)s;
 
 -- name: tasks_due_before
@@ -549,6 +560,9 @@ SELECT t.id, t.next_run_at, t.spec -> 'notify' -> 'late' AS late, COALESCE(%(now
                                                                          %(floor)s)))
    AND NOT EXISTS (SELECT 1 FROM scheduler.notifications n
                     WHERE n.task_id = t.id AND n.event = 'late' AND n.scheduled_for = t.next_run_at)
+   -- a paused occurrence is not late: no engine is meant to fire it
+   AND NOT EXISTS (SELECT 1 FROM scheduler.pauses p
+                    WHERE p.task_id = t.id AND (p.paused_until IS NULL OR p.paused_until > t.next_run_at))
  LIMIT 1000;
 
 -- name: runs_prune_keep
@@ -587,6 +601,16 @@ DELETE FROM scheduler.notifications WHERE id IN (
        AND {{of_sources(source)}}
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED);
+
+-- name: audit_prune_age
+-- --keep-runs-days for the audit log, of the engine's sources (every source's, and the rows of actions on
+-- several sources, when it has none). No FOR UPDATE: it would need UPDATE on the table, and the engine
+-- must not be able to rewrite an audit row; replicas deleting the same rows wait for each other briefly.
+DELETE FROM scheduler.audit WHERE id IN (
+    SELECT id FROM scheduler.audit
+     WHERE at < %(before)s AND {{of_sources(source)}}
+     ORDER BY at
+     LIMIT %(batch)s);
 
 -- name: runs_between
 -- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi]. Two parts, so
@@ -660,3 +684,57 @@ RETURNING l.engine_id;
 SELECT id FROM scheduler.tasks
  WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s))
    AND {{of_sources(source)}};
+
+-- ============================================================== pauses and the audit log
+
+-- name: pauses_in_force
+-- The pauses in force by the database's clock (not past their paused_until), of tasks `ids` (NULL: all).
+SELECT task_id, paused_at, paused_by, reason, paused_until
+  FROM scheduler.pauses
+ WHERE (paused_until IS NULL OR paused_until > now())
+   AND (%(ids)s::text[] IS NULL OR task_id = ANY(%(ids)s::text[]))
+ ORDER BY task_id;
+
+-- name: operator_tasks
+-- The tasks an operator command names: by id, or every task of a source; with each one's pause (in
+-- force or not: NULLs when none) and the database's clock. Locked, so that a claim holding one commits
+-- first and a resume's "from now" comes after it.
+SELECT t.id, t.source, t.spec::text AS spec_text, t.enabled, t.next_run_at,
+       p.paused_at, p.paused_by, p.reason AS paused_reason, p.paused_until,
+       p.task_id IS NOT NULL AND (p.paused_until IS NULL OR p.paused_until > clock_timestamp()) AS in_force
+  FROM scheduler.tasks t LEFT JOIN scheduler.pauses p ON p.task_id = t.id
+ WHERE t.id = ANY(%(ids)s::text[]) OR t.source = %(source)s::text
+ ORDER BY t.id
+ FOR UPDATE OF t;
+
+-- name: pause_upsert
+-- `reconciler pause`: a new pause from now, or the one in force updated (who, why, until; since when stays).
+INSERT INTO scheduler.pauses AS p (task_id, paused_at, paused_by, reason, paused_until)
+SELECT u.id, clock_timestamp(), %(actor)s, %(reason)s, %(until)s FROM unnest(%(ids)s::text[]) AS u(id)
+ON CONFLICT (task_id) DO UPDATE
+   SET paused_by = EXCLUDED.paused_by, reason = EXCLUDED.reason, paused_until = EXCLUDED.paused_until,
+       paused_at = CASE WHEN p.paused_until IS NULL OR p.paused_until > EXCLUDED.paused_at THEN p.paused_at
+                        ELSE EXCLUDED.paused_at END;
+
+-- name: pauses_clear
+-- `reconciler resume`: the pauses of tasks `ids` gone (in force or ended).
+DELETE FROM scheduler.pauses WHERE task_id = ANY(%(ids)s::text[]);
+
+-- name: audit_insert
+INSERT INTO scheduler.audit (actor, action, source, task_ids, reason, details)
+VALUES (%(actor)s, %(action)s, %(source)s, %(task_ids)s::text[], %(reason)s, %(details)s)
+RETURNING id;
+
+-- name: audit_list
+-- `reconciler audit [ID]`: every operator action, newest first (those that named ID).
+SELECT id, at, actor, action, source, task_ids, reason, details
+  FROM scheduler.audit
+ WHERE %(task_id)s::text IS NULL OR %(task_id)s::text = ANY(task_ids)
+ ORDER BY id DESC
+ LIMIT %(limit)s;
+
+-- name: tables_readable
+-- Which of these tables of schema scheduler this role may read (a database, or a role's grants, from
+-- before a table existed has none).
+SELECT name FROM unnest(%(names)s::text[]) AS name
+ WHERE coalesce(has_table_privilege(to_regclass('scheduler.' || name), 'SELECT'), false);

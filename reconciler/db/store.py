@@ -146,6 +146,8 @@ def needed_privileges(statement: str, table: str) -> tuple[str, list[str]]:
             needs.append({"FROM": "SELECT", "JOIN": "SELECT"}.get(verb, verb))
     if "SELECT" in needs and re.search(r"\bFOR\s+UPDATE\b", statement, re.I):
         needs.append("UPDATE")  # a row lock needs UPDATE on some column
+    if "INSERT" in needs and re.search(r"\bON\s+CONFLICT\b.*\bDO\s+UPDATE\b", statement, re.I | re.S):
+        needs.append("UPDATE")  # an upsert updates the row it conflicts with
     return qualified, list(dict.fromkeys(needs))
 
 

@@ -41,7 +41,9 @@ class TaskWrites:
         return {**values, "now": self._now, "revision": self._revision}
 
     def delete(self, task_id: str) -> None:
+        """The task's row, and its pause: a task created again under its id starts unpaused."""
         self._add("task_delete", {"id": task_id})
+        self._add("pause_delete", {"id": task_id})
 
     def create(self, values: TaskValues, source: str) -> None:
         self._add("task_insert", {**self._row(values), "source": source})
@@ -51,10 +53,11 @@ class TaskWrites:
         self._add("task_update", {**self._row(values), "old_id": old_id, "keep_next": keep_next})
 
     def move_history(self, task_id: str, old_id: str) -> None:
-        """The runs and leases of `old_id` follow the task to its new id."""
+        """The runs, leases and pause of `old_id` follow the task to its new id."""
         ids = {"id": task_id, "old_id": old_id}
         self._add("runs_move", ids)
         self._add("leases_move", ids)
+        self._add("pause_move", ids)
 
     async def flush(self, conn: Conn) -> None:
         for name, params in self._batches.items():

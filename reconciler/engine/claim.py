@@ -78,6 +78,44 @@ def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slot
     return sorted(decisions, key=lambda d: d.scheduled_for)
 
 
+@dataclass(frozen=True)
+class Pause:
+    """A task's pause (`reconciler pause`) as the claim reads it with the task's row."""
+
+    by: str
+    reason: str
+    until: datetime | None
+
+    @classmethod
+    def of(cls, row: DueRow) -> Pause | None:
+        if row["paused_by"] is None:
+            return None
+        return cls(row["paused_by"], row["paused_reason"] or "", row["paused_until"])
+
+    def holds(self, moment: datetime, now: datetime) -> bool:
+        """Whether the occurrence at `moment` is paused: every one while the pause is in force, and after
+        it has ended (paused_until) those due before its end, so no paused time is caught up."""
+        return self.until is None or now < self.until or moment < self.until
+
+    @property
+    def note(self) -> str:
+        return f"paused by {self.by}: {self.reason}"
+
+
+def decide_paused(
+    occurrences: list[datetime], now: datetime, pause: Pause | None
+) -> tuple[list[Decision], list[datetime]]:
+    """The occurrences a pause holds, recorded skipped with who paused the task and why (pure); and the
+    others, which `decide` takes as usual (an ended pause: the occurrences from its end on)."""
+    if pause is None:
+        return [], occurrences
+    held = [moment for moment in occurrences if pause.holds(moment, now)]
+    rest = [moment for moment in occurrences if not pause.holds(moment, now)]
+    latest = occurrences[-1] if occurrences else None
+    skipped = [Decision(m, "scheduled" if m == latest else "catchup", "skipped", pause.note) for m in held]
+    return skipped, rest
+
+
 @dataclass
 class Claimed:
     """A run this engine must fire."""
@@ -265,7 +303,11 @@ class Claimer:
                     spec, schedule = self._compile(task_id, row["spec_key"], texts)
                     free = spec.policy.max_running_instances - held.get(task_id, 0)
                     occurrences, following = due_occurrences(schedule, row["next_run_at"], now, spec.policy)
-                    decisions = decide(occurrences, now, spec.policy, free)
+                    # a paused task fires nothing: its occurrences are recorded skipped, and raise no event
+                    paused, occurrences = decide_paused(occurrences, now, Pause.of(row))
+                    decisions = sorted(
+                        paused + decide(occurrences, now, spec.policy, free), key=lambda d: d.scheduled_for
+                    )
                 except Exception as exc:  # one task's stored spec must not stop the claim of the others
                     reason = f"invalid stored spec: {one_line(exc)}"
                     inserts.append((task_id, Decision(row["next_run_at"], "scheduled", "failed", reason)))

@@ -69,7 +69,7 @@ class Upkeep:
 
     async def prune_runs(self, now: datetime, max_batches: int | None = None) -> int:
         """One pass over the run history: delete finished runs beyond `policy.keep_runs` per task and
-        older than `keep_runs_days` (delivered and given-up notifications too), `prune_batch` rows at a
+        older than `keep_runs_days` (delivered and given-up notifications and audit rows too), `prune_batch` rows at a
         time until none is left (or `max_batches`).
 
         Only the runs of the engine's sources (`engine --source`; every source when none is given).
@@ -86,6 +86,7 @@ class Upkeep:
             rules += [
                 lambda conn: queries.runs_prune_age(conn, before=before, batch=batch, sources=sources),
                 lambda conn: queries.notifications_prune_age(conn, before=before, batch=batch, sources=sources),
+                lambda conn: queries.audit_prune_age(conn, before=before, batch=batch, sources=sources),
             ]
         deleted = 0
         for rule in rules:
@@ -98,7 +99,11 @@ class Upkeep:
                     break
                 await asyncio.sleep(time.monotonic() - started)
         if deleted:
-            log.info("pruned %d finished run(s) and notification(s)", deleted, extra={"fields": {"pruned": deleted}})
+            log.info(
+                "pruned %d finished run(s), notification(s) and audit row(s)",
+                deleted,
+                extra={"fields": {"pruned": deleted}},
+            )
         return deleted
 
     async def every(

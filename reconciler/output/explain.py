@@ -30,6 +30,7 @@ class TaskState:
     next_run_at: datetime | None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    pause: Mapping[str, Any] | None = None  # its pause in force (`reconciler pause`), None when it has none
 
 
 def occurrences_around(schedule: Schedule, at: datetime, count: int = AROUND) -> list[Fire]:
@@ -118,6 +119,13 @@ def explain(
         if task.enabled
         else "  enabled: no — a disabled task never fires; enabling it recomputes next_run_at from then"
     )
+    if task.pause is not None:
+        pause = task.pause
+        until = f"until {_when(pause['paused_until'], zone)}" if pause["paused_until"] else "until resumed"
+        lines.append(
+            f"  paused: by {pause['paused_by']} since {_when(pause['paused_at'], zone)}, {until}: {pause['reason']}"
+            f" — its occurrences are recorded skipped, and not caught up (`reconciler resume {task.id}` ends it)"
+        )
     lines.append(f"  next_run_at: {_when(task.next_run_at, zone)}")
     lines.append(
         f"  policy: misfire_grace_seconds = {policy.misfire_grace_seconds}, coalesce = {str(policy.coalesce).lower()}, "

@@ -21,7 +21,7 @@ from reconciler.spec.task import Policy
 
 if TYPE_CHECKING:
     from reconciler.reconcile.notifiers import NotifierChange
-from reconciler.output.text import safe
+from reconciler.output.text import pause_line, safe
 
 SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
 COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift": "35"}
@@ -162,6 +162,7 @@ def summary_line(plan: Plan) -> str:
         f"{s['delete']} to delete, {s['noop']} unchanged"
     )
     text += f", {s['drift']} drifted" if s["drift"] else ""
+    text += f", {len(plan.paused)} paused" if plan.paused else ""  # a runtime state, not a change
     if plan.notifiers:  # only then: the line of a plan without notifier changes is what it always was
         ops = [change.op for change in plan.notifiers]
         counts = ", ".join(f"{ops.count(op)} to {op}" for op in ("create", "update", "delete"))
@@ -200,6 +201,7 @@ def plan_text(plan: Plan, colour: bool = False) -> str:
             block[0] = f"\x1b[{code}m{block[0]}\x1b[0m"
         out.extend(block)
     out += _notifier_blocks(plan, SYMBOLS)
+    out += [f"\x1b[34m{line}\x1b[0m" if colour else line for line in map(pause_line, plan.paused)]
     if not plan.has_changes:
         out.append("No changes. The database matches the task files.")
     out += [safe(f"warning: {w}") for w in plan.warnings]
@@ -333,6 +335,14 @@ def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
             fence(_notifier_blocks(plan, DIFF_MARKS), "diff"),
         ]
         head += [""]
+    if plan.paused:
+        head += [
+            f"⏸️ **Paused at runtime ({len(plan.paused)})**: not in git; an apply keeps a pause, "
+            "`reconciler resume ID` ends it",
+            "",
+            fence(_capped([pause_line(p) for p in plan.paused]), "text"),
+            "",
+        ]
     changes = shown(plan)
     if not changes and not plan.notifiers:
         head += ["No changes. The database matches the task files.", ""]
@@ -400,6 +410,17 @@ def plan_dict(plan: Plan) -> dict[str, object]:
         "state_fingerprint": plan.state_fingerprint,
         "files_fingerprint": plan.files_fingerprint,
     }
+    if plan.paused:  # only then, as notifiers: a plan of tasks none of which is paused reads as before
+        out["paused"] = [
+            {
+                "id": p["task_id"],
+                "paused_by": p["paused_by"],
+                "reason": p["reason"],
+                "paused_at": utc_iso(p["paused_at"]),
+                "paused_until": utc_iso(p["paused_until"]) if p["paused_until"] else None,
+            }
+            for p in plan.paused
+        ]
     if plan.notifiers:  # only then: a plan without notifier changes reads as before
         out["notifiers"] = [
             {

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_iso, utc_text
 from reconciler.files.tasks import Task
+from reconciler.reconcile.revision import short
 from reconciler.schedule.base import Fire
 from reconciler.schedule.describe import describe_trigger, fire_line
 
@@ -23,15 +24,7 @@ from reconciler.schedule.describe import describe_trigger, fire_line
 OVERDUE_SECONDS = 60
 
 
-
-
-
-
-
-
 # ---------------------------------------------------------------- instants
-
-
 
 
 def next_text(rows: list[tuple[Task, list[Fire]]]) -> str:
@@ -89,6 +82,36 @@ def history_line(row: Mapping[str, Any]) -> str:
     return safe(f"#{row['id']} {utc_text(row['applied_at'])} {row['source']} {rev}{who}{ref}{msg} — {done}{op}")
 
 
+def pause_line(pause: Mapping[str, Any]) -> str:
+    """A pause in force, on a line of its own (plan, status): `‖ paused ID by ACTOR since T, until U: REASON`."""
+    until = f"until {utc_text(pause['paused_until'])}" if pause["paused_until"] else "until resumed"
+    when = f"since {utc_text(pause['paused_at'])}, {until}"
+    return safe(f"‖ paused {pause['task_id']} by {pause['paused_by']} {when}: {pause['reason']}")
+
+
+AUDIT_IDS_SHOWN = 5  # task ids an audit line names before "and N more"
+
+
+def audit_line(row: Mapping[str, Any]) -> str:
+    """One operator action for `reconciler audit`: `#7 2026-12-03 09:55:00 UTC alice pause a, b: why (until …)`."""
+    ids: list[str] = list(row["task_ids"] or [])
+    named = ", ".join(ids[:AUDIT_IDS_SHOWN]) + (
+        f" and {len(ids) - AUDIT_IDS_SHOWN} more" if len(ids) > AUDIT_IDS_SHOWN else ""
+    )
+    details = row["details"] if isinstance(row["details"], dict) else {}
+    facts = [f"{k.replace('_', ' ')} {v}" for k, v in details.items() if k in ("run_id", "until") and v]
+    if isinstance(details.get("revision"), str):
+        facts.append(f"revision {short(details['revision'])}")
+    if isinstance(details.get("counts"), dict):
+        facts += [f"{v} {k}" for k, v in details["counts"].items() if v]
+    if details.get("selected"):
+        facts.append(f"every task of {details['selected']}")
+    source = f" [{row['source']}]" if row["source"] else ""
+    text = f"#{row['id']} {utc_text(row['at'])} {row['actor']} {row['action']}{source} {named or '-'}"
+    text += f": {row['reason']}" if row["reason"] else ""
+    return safe(text + (f" ({', '.join(facts)})" if facts else ""))
+
+
 # ---------------------------------------------------------------- terminals and tables
 
 
@@ -142,11 +165,14 @@ def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revi
             t["next_run_local"],
             utc_text(t["last_run_at"]),
             t["last_status"] or "-",
-            " ".join(flag for flag, on in (("OVERDUE", t["overdue"]), ("DRIFT", t["drift"])) if on),
+            " ".join(
+                flag for flag, on in (("OVERDUE", t["overdue"]), ("PAUSED", t["paused"]), ("DRIFT", t["drift"])) if on
+            ),
         ]
         for t in tasks
     ]
     lines += table(header, rows) if tasks else ["no tasks in the database"]
+    lines += [pause_line({"task_id": t["id"], **t["paused"]}) for t in tasks if t["paused"]]
     lines.append(f"{len(engines)} live engine(s)")
     lines += [
         safe(f"  {e['engine_id']} ({e['host']} pid {e['pid']}, last seen {utc_text(e['last_seen'])})") for e in engines

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.db import apply_queries
+from reconciler.db import apply_queries, operator_queries
 from reconciler.db.store import Conn, Store, TaskRow
 from reconciler.db.task_writes import TaskValues, TaskWrites
 from reconciler.errors import UserError
@@ -22,6 +22,7 @@ from reconciler.files.notifiers import Notifiers
 from reconciler.files.tasks import LoadResult, Stored, Task, read_files
 from reconciler.notify.events import stateful
 from reconciler.reconcile import revision
+from reconciler.reconcile.audit import Operator, record, whoami
 from reconciler.reconcile.notifiers import notifier_rows, write_notifiers
 from reconciler.reconcile.plan import Change, Plan, attach_notifiers, make_plan
 from reconciler.reconcile.revision import LiveRevision, Revision
@@ -40,6 +41,7 @@ class ApplyOptions:
     checkout: Path | None = None  # the tasks directory, for git; None: no revision check
     revision: Revision = field(default_factory=lambda: Revision(None))
     dirty_refusal: str | None = None  # uncommitted changes on CI without --allow-dirty (revision.dirty_verdict)
+    operator: Operator = field(default_factory=lambda: Operator(whoami()))  # who applies, for the audit log
 
 
 class PlanRefused(UserError):
@@ -223,6 +225,7 @@ async def apply_tasks(
         if notifiers is not None:
             attach_notifiers(plan, notifiers, await notifier_rows(conn), tasks, rows)
         judge(plan, rows, await live_revision(conn, source), options)
+        plan.paused = await paused_of(conn, rows, source)
         if plan.refused:
             raise PlanRefused("; ".join(plan.refused))
         if not plan.has_changes:
@@ -239,7 +242,7 @@ async def apply_tasks(
         await write_changes(conn, writes, source, now, options.revision.revision)
         if resets := state_resets(writes):
             await apply_queries.notify_state_reset(conn, ids=resets)
-        await record_apply(conn, plan, now, options.revision)
+        await record_apply(conn, plan, now, options.revision, options.operator)
         if writes:
             # Unchanged rows without their file's digest (an older reconciler wrote them, or the
             # parser changed) get it only from an apply that writes tasks anyway: one that changes only
@@ -251,8 +254,16 @@ async def apply_tasks(
     return ApplyResult(plan, len(writes) + len(plan.notifiers))
 
 
-async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision) -> None:
-    """One scheduler.applies row: what was applied, from where, and each written id's op."""
+async def paused_of(conn: Conn, rows: list[TaskRow], source: str) -> list[operator_queries.PauseRow]:
+    """The pauses in force of the source's tasks (none where this role may not read them)."""
+    owned = [row.id for row in rows if row.source == source]
+    pauses = await operator_queries.pauses_readable(conn, ids=owned) if owned else {}
+    return list(pauses.values())
+
+
+async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision, operator: Operator) -> None:
+    """One scheduler.applies row: what was applied, from where, and each written id's op; and the apply's
+    row of the audit log (who applied it, and why)."""
     changes: dict[str, str] = {}
     for change in plan.changes:
         if change.writes:
@@ -271,7 +282,12 @@ async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision) -> 
         "changes": Store.jsonb(changes),
         "plan_digest": plan.digest,
     }
-    await apply_queries.applies_insert(conn, **params)
+    applied = await apply_queries.applies_insert(conn, **params)
+    details: dict[str, Any] = {"apply_id": applied, "revision": rev.revision, "counts": summary}
+    details["plan_digest"] = plan.digest
+    if plan.notifiers:
+        details["notifiers"] = {n.name: n.op for n in plan.notifiers}
+    await record(conn, operator, "apply", plan.source, list(changes), details)
 
 
 async def load_files(store: Store, tasks_dir: Path, display_root: str | None = None) -> LoadResult:
@@ -310,7 +326,9 @@ async def read_plan(
         rows = await Store.tasks(conn) if "tasks" in tables else []
         live = await live_revision(conn, source) if "applies" in tables else None
         stored = await notifier_rows(conn) if "notifiers" in tables else []
+        paused = await paused_of(conn, rows, source) if "pauses" in tables else []
     plan = make_plan(tasks, rows, source, now, prune=options.prune)
+    plan.paused = paused
     if notifiers is not None:
         attach_notifiers(plan, notifiers, stored, tasks, rows)
     plan = judge(plan, rows, live, options)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from reconciler.db.operator_queries import PauseRow
 from reconciler.db.store import TaskRow
 from reconciler.files.kinds import spec_hash
 from reconciler.files.notifiers import Notifiers
@@ -88,6 +89,8 @@ class Plan:
     live: LiveRevision | None = None
     schema_missing: bool = False
     notifiers: list[NotifierChange] = field(default_factory=list)  # see attach_notifiers
+    # The source's tasks paused at runtime (`reconciler pause`): shown, never changed by an apply.
+    paused: list[PauseRow] = field(default_factory=list)
 
     def count(self, op: str) -> int:
         return sum(1 for c in self.changes if c.op == op)

@@ -21,6 +21,7 @@ from reconciler.db.grants import grants_sql
 from reconciler.db.store import Store
 from reconciler.engine.config import EngineConfig
 from reconciler.engine.loop import Engine
+from reconciler.notify.events import late_scan
 from reconciler.targets.http import Firer
 from tests.builders import cli, cron
 from tests.httpserver import Recorder
@@ -97,7 +98,7 @@ def initialized(dsn: str, tasks: Path) -> str:
 def reads_everything(role_dsn: str, tasks: Path) -> None:
     """Every read-only command that touches the database succeeds as this role."""
     export = str(tasks.parent / "exported")
-    for command in (["plan"], ["status"], ["runs"], ["explain", "ping"], ["export", "--out-dir", export]):
+    for command in (["plan"], ["status"], ["runs"], ["explain", "ping"], ["export", "--out-dir", export], ["audit"]):
         code, _, err = cli(role_dsn, tasks, *command)
         assert code == 0, (command, err)
 
@@ -115,6 +116,26 @@ def test_planner_reads_everything_but_may_not_apply(initialized: str, roles: Rol
     assert "reconciler db grants" in line
     code, _, err = cli(planner, tasks, "trigger", "ping")
     assert code == 1 and "needs INSERT on scheduler.runs" in one_error_line(err)
+    code, _, err = cli(planner, tasks, "pause", "ping", "--reason", "x")
+    assert code == 1 and "permission denied for table" in one_error_line(err)
+
+
+def test_a_planner_granted_before_pauses_existed_still_plans_and_reads(
+    initialized: str, roles: Roles, tasks: Path
+) -> None:
+    planner = roles.create("old_planner")
+    roles.grant(planner=planner)
+    with psycopg.connect(initialized, autocommit=True) as conn:
+        conn.execute(sql.SQL("REVOKE SELECT ON scheduler.pauses FROM {}").format(sql.Identifier(user_of(planner))))
+    assert cli(initialized, tasks, "apply")[0] == 0
+    assert cli(initialized, tasks, "pause", "ping", "--reason", "x")[0] == 0
+    for command in (["plan"], ["status"], ["explain", "ping"]):
+        code, out, err = cli(planner, tasks, *command)
+        assert code == 0 and "paused" not in out, (command, err)  # it cannot see the pause, and says nothing of it
+
+
+def user_of(role_dsn: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(role_dsn)["user"])
 
 
 def test_applier_applies_moves_and_triggers(initialized: str, roles: Roles, tasks: Path) -> None:
@@ -122,7 +143,16 @@ def test_applier_applies_moves_and_triggers(initialized: str, roles: Roles, task
     roles.grant(applier=applier)
     code, out, err = cli(applier, tasks, "apply")
     assert code == 0 and "Apply complete: 1 change(s) written." in out, err
-    assert cli(applier, tasks, "trigger", "ping")[0] == 0
+    code, out, err = cli(applier, tasks, "trigger", "ping")
+    assert code == 0, err
+    assert cli(applier, tasks, "cancel", out.split()[3], "--reason", "by mistake")[0] == 0
+    for command in (
+        ["pause", "ping", "--reason", "incident"],
+        ["resume", "ping"],
+        ["pause", "ping", "--reason", "again"],
+    ):
+        code, _, err = cli(applier, tasks, *command)
+        assert code == 0, (command, err)
     reads_everything(applier, tasks)  # an applier can do what a planner does
     (tasks / "ping.toml").rename(tasks / "pong.toml")
     (tasks / "pong.toml").write_text('moved_from = "ping"\n' + (tasks / "pong.toml").read_text())
@@ -132,6 +162,9 @@ def test_applier_applies_moves_and_triggers(initialized: str, roles: Roles, task
     code, out, err = cli(applier, tasks, "apply", "--allow-empty")
     assert code == 0 and "- delete pong" in out, err
     assert cli(applier, tasks, "plan", "--detailed-exitcode")[0] == 0
+    code, out, _ = cli(applier, tasks, "audit")
+    actions = [line.split()[5] for line in out.splitlines()]
+    assert actions == ["apply", "apply", "pause", "resume", "pause", "cancel", "trigger", "apply"], out
 
 
 async def test_engine_fires_but_may_not_rewrite_a_task(
@@ -142,8 +175,10 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
     roles.grant(applier=applier, engine=engine_dsn)
     folder = tmp_path / "engine-tasks"
     async with Store(applier) as store:  # room for the scheduled and the manual run side by side
-        await setup(store, folder, {"a": cron(f"{url}/a", policy="max_running_instances = 2")})
+        await setup(store, folder, {"a": cron(f"{url}/a", policy="max_running_instances = 2"), "p": cron(f"{url}/p")})
     code, _, err = await asyncio.to_thread(cli, applier, folder, "trigger", "a")
+    assert code == 0, err
+    code, _, err = await asyncio.to_thread(cli, applier, folder, "pause", "p", "--reason", "held")
     assert code == 0, err
     firer = Firer(concurrency=4)
     try:
@@ -152,7 +187,8 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
             engine = Engine(store, EngineConfig("least-privilege", keep_runs_days=1), firer)
             await engine.heartbeat()
             report = await engine.run_once(NOW + timedelta(minutes=5, seconds=3))
-            assert (report.fired, report.succeeded) == (2, 2), runs(initialized)
+            assert (report.fired, report.succeeded, report.skipped) == (2, 2, 1), runs(initialized)
+            assert await late_scan(store, NOW + timedelta(hours=1)) == 0  # it reads pauses there too
             # it reads when the next run is due: 12:10, ten seconds after 12:09:50
             assert await engine.sleep_seconds(NOW + timedelta(minutes=9, seconds=50)) == 10.0
             await engine.prune_runs(utcnow() + timedelta(days=2))  # results carry the wall-clock time
@@ -160,14 +196,23 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
                 await Store.execute(conn, "engine_gone", {"engine_id": "least-privilege"})
     finally:
         await firer.close()
-    assert sorted(r.path for r in rec.paths("/a")) == ["/a", "/a"]
+    assert sorted(r.path for r in rec.paths()) == ["/a", "/a"]  # nothing for the paused task
     assert runs(initialized) == []  # pruned: both finished more than --keep-runs-days ago
     with psycopg.connect(engine_dsn, autocommit=True) as conn:
         for change in ("spec = '{}'", "enabled = false", "source = 'other'"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f"UPDATE scheduler.tasks SET {change}")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("DELETE FROM scheduler.tasks")
+        # nor resume (or pause) a task, nor rewrite the audit log
+        for statement in (
+            "DELETE FROM scheduler.tasks",
+            "DELETE FROM scheduler.pauses",
+            "INSERT INTO scheduler.pauses (task_id, paused_by, reason) VALUES ('a', 'x', 'y')",
+            "UPDATE scheduler.pauses SET paused_until = now()",
+            "UPDATE scheduler.audit SET actor = 'someone else'",
+            "INSERT INTO scheduler.audit (actor, action) VALUES ('x', 'pause')",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
 
 
 def test_db_init_without_create_is_one_line_and_plan_still_plans(dsn: str, roles: Roles, tasks: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from reconciler.db import apply_queries, command_queries
+from reconciler.db import apply_queries, command_queries, operator_queries, queries
 from reconciler.db.store import QUERIES, Store
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -27,6 +27,10 @@ TYPED: dict[str, tuple[type, dict[str, Any]]] = {
     "run_get": (command_queries.RunRow, {"run_id": 1}),
     "notifications_list": (command_queries.OutboxRow, LISTED),
     "notifications_of_runs": (command_queries.RunNotificationRow, {"run_ids": [1]}),
+    "pauses_in_force": (operator_queries.PauseRow, {"ids": None}),
+    "operator_tasks": (operator_queries.OperatorTaskRow, {"ids": ["t"], "source": None}),
+    "audit_list": (operator_queries.AuditRow, {"task_id": "t", "limit": 1}),
+    "claim_due": (queries.DueRow, {"now": NOW, "batch": 1, "sources": []}),
 }
 
 

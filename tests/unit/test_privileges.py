@@ -27,6 +27,19 @@ def test_engine_may_move_next_run_at_but_not_rewrite_a_task() -> None:
     assert ROLE_PRIVILEGES["engine"]["tasks"] == ("SELECT", "UPDATE(next_run_at)")
 
 
+def test_a_pause_is_written_by_operators_and_only_read_by_engines() -> None:
+    assert ROLE_PRIVILEGES["engine"]["pauses"] == ("SELECT",)  # a leaked engine credential resumes nothing
+    assert ROLE_PRIVILEGES["applier"]["pauses"] == ("SELECT", "INSERT", "UPDATE", "DELETE")
+    assert ROLE_PRIVILEGES["planner"]["pauses"] == ("SELECT",)
+
+
+def test_no_role_but_the_owner_may_rewrite_the_audit_log() -> None:
+    assert ROLE_PRIVILEGES["applier"]["audit"] == ("SELECT", "INSERT")  # every operator command writes its row
+    assert ROLE_PRIVILEGES["engine"]["audit"] == ("SELECT", "DELETE")  # retention, by age
+    assert ROLE_PRIVILEGES["planner"]["audit"] == ("SELECT",)
+    assert not any("UPDATE" in p for grants in ROLE_PRIVILEGES.values() for p in grants.get("audit", ()))
+
+
 def test_grants_per_role_with_column_privileges_quoted() -> None:
     text = grants_sql("ci_plan", None, "eng")
     assert 'GRANT USAGE ON SCHEMA "scheduler" TO "ci_plan";' in text
@@ -66,6 +79,10 @@ def test_privilege_table_lists_every_role() -> None:
         ("runs_mark_lost", "runs", ["UPDATE"]),
         ("run_queue_manual", "runs", ["INSERT"]),
         ("status_rows", "runs", ["SELECT"]),
+        ("claim_due", "pauses", ["SELECT", "UPDATE"]),  # FOR UPDATE OF the tasks: the message over-asks
+        ("pause_upsert", "pauses", ["INSERT", "UPDATE"]),
+        ("audit_insert", "audit", ["INSERT"]),
+        ("audit_prune_age", "audit", ["DELETE", "SELECT"]),
     ],
 )
 def test_refused_query_names_the_privileges_it_uses(query: str, table: str, expected: list[str]) -> None:
