@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler.db import schema
 from reconciler.db.embedded import DsnOrigin
+from reconciler.db.failover import FailoverPool, reports_read_only, writable_dsn, wrong_server
 from reconciler.db.sqlfile import load_queries
 from reconciler.errors import DatabaseUnavailable, PermissionDenied, StatementCancelled, one_line
 
@@ -234,35 +235,72 @@ class Store:
     """A connection pool plus the named queries."""
 
     def __init__(
-        self, dsn: str, *, origin: DsnOrigin | None = None, min_size: int = 1, max_size: int = 4, timeout: float = 10.0
+        self,
+        dsn: str,
+        *,
+        origin: DsnOrigin | None = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        timeout: float = 10.0,
+        prepare_threshold: int | None = None,
     ) -> None:
-        self.dsn = dsn
+        self.dsn = writable_dsn(dsn)  # a multi-host DSN reaches its primary (see db/failover.py)
         self.origin = origin or DsnOrigin()  # named by the errors of a database that does not answer
-        self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            dsn,
+        # No server-side prepared statements unless asked for (--prepare-threshold): behind a pooler in
+        # transaction mode (PgBouncer) a statement psycopg prepared on one server connection is looked
+        # up on another, where it is missing or is another client's statement of the same name.
+        self.connect_kwargs: dict[str, Any] = {"prepare_threshold": prepare_threshold}
+        self.pool: AsyncConnectionPool[Conn] = FailoverPool(
+            self.dsn,
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
             check=self._check,
+            configure=self._configure,
             open=False,
-            kwargs={"row_factory": dict_row, "autocommit": True},
+            kwargs={"row_factory": dict_row, "autocommit": True, **self.connect_kwargs},
             connection_class=AsyncConnection[Row],
         )
         self._used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+        self._born: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+        self._drained_at = -1.0  # when the pool was last emptied because its server could not take writes
+
+    async def _configure(self, conn: Conn) -> None:
+        """Note when each pooled connection was made (see `_wrong_server`)."""
+        self._born[conn] = time.monotonic()
 
     async def _check(self, conn: Conn) -> None:
         """The pool's check on checkout: after a server restart, a dead pooled connection is replaced
-        instead of failing the statement that drew it. A connection whose last use ended well within
-        FRESH_SECONDS is not checked: the check is a round trip, and on a busy engine every claim and
-        every result batch waited a loop turn for it. (A restart within that second fails one claim,
-        which the engine backs off from and `recover`s.)"""
+        instead of failing the statement that drew it, and a connection whose server says it is read-only
+        now (a demoted primary) is dropped with every other one (see `_wrong_server`). A connection whose
+        last use ended well within FRESH_SECONDS is not pinged: the ping is a round trip, and on a busy
+        engine every claim and every result batch waited a loop turn for it. (A restart within that
+        second fails one claim, which the engine backs off from and `recover`s.)"""
         if time.monotonic() - self._used.get(conn, -FRESH_SECONDS) >= FRESH_SECONDS:
             await AsyncConnectionPool.check_connection(conn)
+        if reports_read_only(conn):
+            await self._wrong_server(conn)
+            raise psycopg.OperationalError("the server is read-only now (a failover?)")
+
+    async def _wrong_server(self, conn: Conn) -> None:
+        """`conn` reached a server that cannot take writes: close it (the pool discards a closed
+        connection) and every other connection made before it (`drain`: they reached the same server),
+        once per such event; the pool's new connections go to the writable host."""
+        with contextlib.suppress(Exception):
+            await conn.close()
+        if self._born.get(conn, 0.0) > self._drained_at:
+            self._drained_at = time.monotonic()
+            await self.pool.drain()
+
+    async def connect(self, dsn: str | None = None, **kwargs: Any) -> AsyncConnection[Any]:
+        """A connection of its own (not pooled) to `dsn` (default: the store's), as the pool's are made:
+        the listener's, the health probe's."""
+        return await psycopg.AsyncConnection.connect(dsn or self.dsn, **{**self.connect_kwargs, **kwargs})
 
     async def open(self) -> None:
         """Check the server answers (with its own error message), then open the pool."""
         try:
-            probe = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=10)
+            probe = await self.connect(connect_timeout=10)
             await probe.close()
             await self.pool.open(wait=True, timeout=15)
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
@@ -308,6 +346,11 @@ class Store:
                     raise _denied(exc, conn.info.user) from None
                 except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:  # not named
                     raise _cancelled(exc, conn, None) from None
+                except psycopg.Error as exc:
+                    if wrong_server(exc):  # a read-only or stopping server: the statement's caller retries
+                        await self._wrong_server(conn)
+                        raise _unavailable(self.dsn, exc, self.origin) from None
+                    raise
                 self._used[conn] = time.monotonic()
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise _unavailable(self.dsn, exc, self.origin) from None
@@ -495,13 +538,17 @@ class Store:
     async def notify(cls, conn: Conn, payload: str) -> None:
         await cls.execute(conn, "notify_tasks", {"payload": payload})
 
-    async def listen(self) -> AsyncConnection[Any]:
-        """A dedicated autocommit connection LISTENing on scheduler_tasks."""
+    async def listen(self, dsn: str | None = None) -> AsyncConnection[Any]:
+        """A dedicated autocommit connection LISTENing on scheduler_tasks, to `dsn` (default the store's)."""
         try:
-            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+            conn = await self.connect(dsn and writable_dsn(dsn), autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
-            raise _unavailable(self.dsn, exc, self.origin) from None
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+            raise _unavailable(dsn or self.dsn, exc, self.origin) from None
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+        except BaseException:
+            await conn.close()
+            raise
         return conn
 
 
