@@ -8,6 +8,7 @@ typed values, never the Namespace. Only the standard library and light modules a
 
 from __future__ import annotations
 
+import os
 from argparse import Namespace
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -104,6 +105,7 @@ def engine_config(args: Namespace, sources: tuple[str, ...]) -> EngineConfig:
         keep_runs_days=args.keep_runs_days or None,  # 0: keep every run
         lease_margin=args.lease_margin,
         max_clock_offset=args.max_clock_offset,
+        listen_dsn=args.listen_dsn or os.environ.get("RECONCILER_LISTEN_DSN") or None,
         allow_env=globs(args.allow_env),
     )
 

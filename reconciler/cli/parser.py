@@ -133,6 +133,12 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
         "--lease-margin", type=SECONDS, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
     )
     parser.add_argument(
+        "--listen-dsn",
+        metavar="DSN",
+        help="a direct (or session-mode) connection for LISTEN when the engine's DSN is a pooler in transaction "
+        "mode (default RECONCILER_LISTEN_DSN, else the engine's DSN)",
+    )
+    parser.add_argument(
         "--max-clock-offset",
         type=SECONDS,
         default=5.0,

@@ -57,6 +57,16 @@ class SpecRow(TypedDict):
     spec_key: int
 
 
+class InDoubtRow(TypedDict):
+    run_id: int
+    task_id: str
+    scheduled_for: datetime
+    kind: str
+    spec_text: str
+    spec_key: int
+    lease_left: float  # seconds
+
+
 class HeldRow(TypedDict):
     task_id: str
     held: int
@@ -181,6 +191,17 @@ async def tasks_specs(conn: Conn, *, ids: Sequence[str]) -> list[SpecRow]:
     return cast(list[SpecRow], await Store.fetch(conn, "tasks_specs", {"ids": list(ids)}))
 
 
+async def runs_in_doubt(conn: Conn, *, engine_id: str, since: datetime, known: Sequence[int]) -> list[InDoubtRow]:
+    """Runs of this engine's claims that it never saw commit (see queries.sql)."""
+    params = {"engine_id": engine_id, "since": since, "known": list(known)}
+    return cast(list[InDoubtRow], await Store.fetch(conn, "runs_in_doubt", params))
+
+
+async def clock_now(conn: Conn) -> list[ClockRow]:
+    """The database's clock (the transaction's time)."""
+    return cast(list[ClockRow], await Store.fetch(conn, "clock_now", {"now": None}))
+
+
 # ------------------------------------------------------------ results
 
 
@@ -273,9 +294,10 @@ async def audit_prune_age(conn: Conn, *, before: datetime, batch: int, sources: 
 
 
 async def engine_heartbeat(
-    conn: Conn, *, engine_id: str, host: str, pid: int, now: datetime | None
+    conn: Conn, *, engine_id: str, host: str, pid: int, now: datetime | None, database: str | None
 ) -> list[HeartbeatRow]:
-    params = {"engine_id": engine_id, "host": host, "pid": pid, "now": now}
+    """`database`: host:port as this engine's libpq connected (of a multi-host DSN, the host it chose)."""
+    params = {"engine_id": engine_id, "host": host, "pid": pid, "now": now, "database": database}
     return cast(list[HeartbeatRow], await Store.fetch(conn, "engine_heartbeat", params))
 
 

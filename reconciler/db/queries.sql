@@ -219,7 +219,7 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
 
 -- name: engines_live
 -- Engines whose last heartbeat is at most %(seconds)s old, by the database's clock (heartbeats are written by it).
-SELECT engine_id, host, pid, started_at, last_seen FROM scheduler.engines
+SELECT engine_id, host, pid, started_at, last_seen, database, server, is_primary FROM scheduler.engines
  WHERE last_seen >= now() - make_interval(secs => %(seconds)s) ORDER BY engine_id;
 
 -- name: read_limits
@@ -360,6 +360,21 @@ UPDATE scheduler.runs
        error = %(error)s, duration_ms = %(duration_ms)s, response_excerpt = %(excerpt)s
  WHERE id = %(run_id)s;
 
+-- name: runs_in_doubt
+-- Runs this engine leased since %(since)s (its start, by the database's clock) that it does not know
+-- of (%(known)s: those it is firing or holds results of): a claim whose COMMIT went through while
+-- the connection died before the answer came back. Never fired: the engine fires only what a claim
+-- it saw commit returned. With the seconds left on each lease.
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, t.spec::text AS spec_text,
+       hashtextextended(t.spec::text, 0) AS spec_key,
+       extract(epoch FROM l.expires_at - now())::float8 AS lease_left
+  FROM scheduler.run_leases l
+  JOIN scheduler.runs r ON r.id = l.run_id
+  JOIN scheduler.tasks t ON t.id = r.task_id
+ WHERE l.engine_id = %(engine_id)s AND r.status = 'running' AND r.claimed_at >= %(since)s
+   AND l.expires_at > now() AND r.id <> ALL(%(known)b::bigint[])
+ ORDER BY r.id;
+
 -- name: runs_mark_lost
 -- Runs whose lease expired by the database's clock: their engine died (or hung) while holding them.
 WITH expired AS (
@@ -375,9 +390,11 @@ RETURNING r.id, r.task_id, r.scheduled_for, r.error,
 
 -- name: engine_heartbeat
 -- Returns the database's clock as the statement ran: the engine measures its own clock's offset from it.
-INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen)
-VALUES (%(engine_id)s, %(host)s, %(pid)s, COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
-ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXCLUDED.host, pid = EXCLUDED.pid
+INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen, database, server, is_primary)
+VALUES (%(engine_id)s, %(host)s, %(pid)s, COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()),
+        %(database)s, host(inet_server_addr()) || ':' || inet_server_port(), NOT pg_is_in_recovery())
+ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXCLUDED.host, pid = EXCLUDED.pid,
+       database = EXCLUDED.database, server = EXCLUDED.server, is_primary = EXCLUDED.is_primary
 RETURNING clock_timestamp() AS database_now;
 
 -- name: engine_gone

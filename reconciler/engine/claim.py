@@ -345,6 +345,22 @@ class Claimer:
         log_recorded(report.recorded)
         return report
 
+    async def adopt(self, since: datetime, known: Sequence[int]) -> list[Claimed]:
+        """The runs of claims this engine never saw commit (since `since`, none of `known`): to fire now,
+        each by its lease's end. A stored spec that does not validate any more leaves its run to its lease."""
+        async with self.store.connection() as conn:
+            rows = await queries.runs_in_doubt(conn, engine_id=self.engine_id, since=since, known=known)
+        adopted, leased_at = [], time.monotonic()
+        for row in rows:
+            try:
+                spec, _ = self._compile(row["task_id"], row["spec_key"], {row["task_id"]: row["spec_text"]})
+            except Exception:  # recorded lost when its lease expires, as a run cut off is
+                continue
+            run = Claimed(row["run_id"], row["task_id"], row["scheduled_for"], row["kind"], spec)
+            run.deadline = leased_at + max(0.0, row["lease_left"] - self.lease_margin / 2)
+            adopted.append(run)
+        return adopted
+
     def _insert_runs(
         self, inserts: list[tuple[str, Decision]], leases: Mapping[str, float], now: datetime
     ) -> list[Statement]:

@@ -19,4 +19,5 @@ class EngineConfig:
     prune_batch: int = 2000  # rows deleted per statement: short transactions, no long locks
     allow_env: tuple[str, ...] = ()  # globs of variables tasks may read; empty: all but the engine's own
     sources: tuple[str, ...] = ()  # claim only these sources' tasks (`engine --source`); empty: every source
+    listen_dsn: str | None = None  # LISTEN's own connection (a direct one, past a pooler); None: the engine's DSN
     max_clock_offset: float = 5.0  # warn when this machine's clock is further than this off the database's

@@ -19,13 +19,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
-
 from reconciler.clock import DATABASE, Clock, statement_now
 from reconciler.db import queries
+from reconciler.db.failover import RECONNECT_CAP_SECONDS
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.claim import Claimed, Claimer, Report
 from reconciler.engine.config import EngineConfig
+from reconciler.engine.listener import Listener
 from reconciler.engine.outage import Outage
 from reconciler.engine.pacing import CLAIMS_AT_ONCE, Pacer
 from reconciler.engine.results import Results
@@ -46,14 +46,18 @@ log = logging.getLogger("reconciler.engine")
 WARM_HORIZON = 120.0
 WARM_BUDGET = 0.2
 WARM_MIN_SLEEP = 0.5
-RECONNECT_CAP = 10.0  # seconds: the longest wait between tries while the database is away
+# Seconds: the longest wait between claims while the database is away (each try waits up to the
+# pool's timeout for a connection, and the pool reconnects every RECONNECT_CAP_SECONDS at most), and
+# after a claim failed for another reason (a bug: logged each time).
+RECONNECT_CAP = RECONNECT_CAP_SECONDS
+ERROR_CAP = 10.0
 
 
-async def back_off(stop: asyncio.Event, seconds: float) -> float:
-    """Wait `seconds` (less if `stop` is set); the next, doubled wait, at most RECONNECT_CAP."""
+async def back_off(stop: asyncio.Event, seconds: float, cap: float = RECONNECT_CAP) -> float:
+    """Wait `seconds` (less if `stop` is set); the next, doubled wait, at most `cap`."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=seconds)
-    return backoff_delay(seconds, 2, cap=RECONNECT_CAP)
+    return backoff_delay(seconds, 2, cap=cap)
 
 
 def default_engine_id(environ: Mapping[str, str] = os.environ) -> str:
@@ -90,6 +94,11 @@ class Engine:
         self.observers: list[Observer] = []
         self.upkeep = Upkeep(store, config, lambda: self.clock)  # heartbeat, retention, late scan
         self.outage = Outage()  # the database's state, logged once per change
+        self.listener = Listener(store, config.listen_dsn)  # NOTIFYs wake the claim loop (see listener.py)
+        self.firing: set[int] = set()  # the run ids the workers are firing (those resting between attempts too)
+        self.in_doubt = False  # a claim failed on the database: it may have committed all the same (see adopt)
+        self.since: datetime | None = None  # the database's clock when serve() began (see adopt)
+        self.recovering = False  # a fault interrupted the loop: results and claims in doubt come first
 
     async def claim(self, now: datetime | None, limit: int | None = None) -> Report:
         """One claim transaction (see claim.py) of at most `limit` due tasks (default --batch) at `now` (None:
@@ -173,12 +182,14 @@ class Engine:
             while self.queue and len(self.workers) - self.firer.resting <= self.config.concurrency:
                 claimed = self.queue.popleft()
                 self.running += 1
+                self.firing.add(claimed.run_id)
                 try:
                     await self.execute(claimed)
                 except Exception:  # a bug must not kill the engine; the lease expiry will mark the run lost
                     log.exception("run %s failed inside the engine", claimed.task_id)
                 finally:
                     self.running -= 1
+                    self.firing.discard(claimed.run_id)
                 if not self._slot_freed.is_set() and self.claim_room() >= self.pacer.wake_room:
                     self._slot_freed.set()  # room for a good part of a claim: not a wake-up per finished run
         finally:
@@ -196,7 +207,6 @@ class Engine:
 
         Up to CLAIMS_AT_ONCE claims run at a time: on a busy loop a claim's round trips each wait a
         loop turn, so one claim at a time left the queue empty while it ran (see _may_claim)."""
-        listener: psycopg.AsyncConnection[Any] | None = None
         backoff = 0.5
         # The writer ends once stopped with nothing in flight, nor claims whose runs the drain fires.
         flusher = asyncio.create_task(
@@ -205,19 +215,29 @@ class Engine:
         beside = self.upkeep.start(stop)
         # Not cancelled at stop (a claim cut off would leave its rows leased): it ends when `stop` is set.
         delivering = asyncio.create_task(self.deliverer.run(stop))
+        listening = asyncio.create_task(self.listener.run(stop))
         while not stop.is_set():
             try:
                 # The database is back (when it was away) once a statement on a pooled connection went
-                # through: a claim, or the query of how long to sleep; a new listener is not enough.
-                if self._collect():  # first: claims that ended go to the queue, listener or not
+                # through: a claim, or the query of how long to sleep.
+                if self._collect():  # first: claims that ended go to the queue
                     backoff = 0.5
                     self.outage.answered()
-                if listener is None:
-                    listener = await self.store.listen()
+                if self.since is None:
+                    async with self.store.connection() as conn:
+                        [row] = await queries.clock_now(conn)
+                    self.since = row["now"]
+                if self.recovering and not self.claims:
+                    # Back from a fault: results first (their runs' slots are free again before this
+                    # engine claims), then the runs of a claim that committed unseen.
+                    await self.results.flush()
+                    if self.in_doubt:
+                        await self.adopt()
+                    self.recovering = False
                 if not self._more_due and not self.claims:  # the last claim took all that was due
                     seconds = await self._warm_then_sleep()
                     self.outage.answered()
-                    await self._wait(listener, seconds, stop)
+                    await self._wait(seconds, stop)
                     self._more_due = True
                     continue
                 limit = min(self.config.batch, self.claim_room())
@@ -238,20 +258,32 @@ class Engine:
                         backoff,
                         exc_info=True,
                     )
+                self.recovering = True
                 await self.store.recover()
-                if listener is not None:
-                    with contextlib.suppress(Exception):
-                        await listener.close()
-                listener = None
-                backoff = await back_off(stop, backoff)
-        for task in beside:
+                backoff = await back_off(stop, backoff, RECONNECT_CAP if isinstance(exc, DB_FAULTS) else ERROR_CAP)
+        for task in [*beside, listening]:
             task.cancel()
-        await asyncio.gather(*beside, delivering, return_exceptions=True)
+        await asyncio.gather(*beside, delivering, listening, return_exceptions=True)
         await self._finish_claims()
         await self.drain(flusher)
-        if listener is not None:
-            with contextlib.suppress(Exception):
-                await listener.close()
+
+    async def adopt(self) -> int:
+        """After the database cut a claim off: fire the runs of such a claim that committed all the same
+        (its answer lost with the connection), which nobody else may fire while their leases last. How many."""
+        known = [*(run.run_id for run in self.queue), *self.firing, *self.results.finished()]
+        assert self.since is not None
+        runs = await self.claimer.adopt(self.since, known)
+        self.in_doubt = False
+        if runs:
+            log.warning(
+                "%d run(s) of a claim whose commit went through while its answer was lost with the connection: "
+                "firing them now",
+                len(runs),
+                extra={"fields": {"adopted": len(runs)}},
+            )
+            self.queue.extend(runs)
+            self._fill()
+        return len(runs)
 
     def _collect(self) -> int:
         """Queue the runs of the claims that ended (and start workers); then re-raise the first
@@ -263,6 +295,8 @@ class Engine:
             if task.cancelled():
                 continue
             if (exc := task.exception()) is not None:
+                # Cut off by the database, a claim may have committed without its answer reaching us.
+                self.in_doubt = self.in_doubt or isinstance(exc, DB_FAULTS)
                 error = error or exc
                 continue
             report = task.result()
@@ -321,26 +355,19 @@ class Engine:
         await self.claimer.warm(until, budget=min(WARM_BUDGET, seconds / 4))
         return max(0.0, seconds - (time.monotonic() - started))
 
-    async def _wait(self, listener: psycopg.AsyncConnection[Any], seconds: float, stop: asyncio.Event) -> None:
-        """Sleep up to `seconds`, woken early by a NOTIFY or by `stop`."""
+    async def _wait(self, seconds: float, stop: asyncio.Event) -> None:
+        """Sleep up to `seconds` (at most the listener's poll interval while it is down), woken early by
+        a NOTIFY or by `stop`."""
+        seconds = self.listener.sleep_cap(seconds)
         if seconds <= 0:
             return
-
-        async def notified() -> None:
-            async for _ in listener.notifies(timeout=seconds, stop_after=1):
-                return
-
-        waiters = [asyncio.create_task(notified()), asyncio.create_task(stop.wait())]
+        waiters = [asyncio.ensure_future(self.listener.woken.wait()), asyncio.ensure_future(stop.wait())]
         try:
-            done, _ = await asyncio.wait(waiters, timeout=seconds + 1, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # re-raise a connection error from the listener
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in waiters:
                 task.cancel()
-            for task in waiters:
-                with contextlib.suppress(asyncio.CancelledError, *DB_FAULTS):
-                    await task
+            self.listener.woken.clear()
 
     async def drain(self, flusher: asyncio.Task[None]) -> None:
         """Let in-flight runs finish (bounded, cut short by `hurry`), write their results (bounded), say goodbye."""

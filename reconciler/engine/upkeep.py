@@ -126,7 +126,10 @@ class Upkeep:
         host, pid, now = socket.gethostname(), os.getpid(), statement_now(self.clock)
         async with self.store.connection() as conn:
             sent = utcnow()
-            [row] = await queries.engine_heartbeat(conn, engine_id=self.config.engine_id, host=host, pid=pid, now=now)
+            database = f"{conn.info.host}:{conn.info.port}"  # of a multi-host DSN, the host libpq chose
+            [row] = await queries.engine_heartbeat(
+                conn, engine_id=self.config.engine_id, host=host, pid=pid, now=now, database=database
+            )
             received = utcnow()
         if isinstance(self.clock, DatabaseClock):
             self.check_offset(self.clock.measure(sent, row["database_now"], received))

@@ -319,7 +319,9 @@ class Probe:
         try:
             async with asyncio.timeout(PROBE_SECONDS), self.lock:
                 if self.conn is None or self.conn.closed:
-                    self.conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=1)
+                    self.conn = await psycopg.AsyncConnection.connect(
+                        self.dsn, autocommit=True, connect_timeout=1, prepare_threshold=None
+                    )  # never prepared: a pooler in transaction mode (see db/store.py)
                 await self.conn.execute("SELECT 1")
             return True
         except Exception:
@@ -388,6 +390,11 @@ async def serve_metrics(
     metrics = EngineMetrics(registry, lease, task_limit)
     engine.observers.append(metrics)
     engine.deliverer.observers.append(metrics)
+    Gauge(
+        "reconciler_listen_connected",
+        "1 while this engine's LISTEN connection is up (a NOTIFY wakes it at once); 0 while it polls instead",
+        registry=registry,
+    ).set_function(lambda: float(engine.listener.connected))
     probe = Probe(probe_dsn or store.dsn)
     host, _, port = addr.rpartition(":")
 
