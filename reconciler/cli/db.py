@@ -105,7 +105,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             }
         )
     live = [
-        {"engine_id": e["engine_id"], "host": e["host"], "pid": e["pid"], "last_seen": e["last_seen"]} for e in engines
+        {
+            "engine_id": e["engine_id"],
+            "host": e["host"],
+            "pid": e["pid"],
+            "last_seen": e["last_seen"],
+            "database": e["database"],
+            "server": e["server"],
+            "primary": e["is_primary"],
+        }
+        for e in engines
     ]
     applied = [
         {"source": r["source"], "revision": r["revision"], "applied_at": r["applied_at"], "author": r["author"]}

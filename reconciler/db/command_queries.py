@@ -66,6 +66,9 @@ class EngineRow(TypedDict):
     pid: int
     started_at: datetime
     last_seen: datetime
+    database: str | None  # host:port as the engine's libpq connected (a pooler's, behind one)
+    server: str | None  # the server's own address:port (None over a Unix socket)
+    is_primary: bool | None  # None: written by an older engine
 
 
 class LiveSourceRow(TypedDict):
@@ -163,7 +166,8 @@ async def status_rows(conn: Conn) -> list[StatusRow]:
 
 
 async def engines_live(conn: Conn, *, seconds: float) -> list[EngineRow]:
-    """Engines (engine_id, host, pid, started_at, last_seen) heard from in the last `seconds`."""
+    """Engines (engine_id, host, pid, started_at, last_seen, the database they reached) heard from in the last
+    `seconds`."""
     return cast(list[EngineRow], await Store.fetch(conn, "engines_live", {"seconds": seconds}))
 
 

@@ -175,9 +175,23 @@ def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revi
     lines += [pause_line({"task_id": t["id"], **t["paused"]}) for t in tasks if t["paused"]]
     lines.append(f"{len(engines)} live engine(s)")
     lines += [
-        safe(f"  {e['engine_id']} ({e['host']} pid {e['pid']}, last seen {utc_text(e['last_seen'])})") for e in engines
+        safe(
+            f"  {e['engine_id']} ({e['host']} pid {e['pid']}, last seen {utc_text(e['last_seen'])}"
+            f"{database_text(e.get('database'), e.get('server'), e.get('primary'))})"
+        )
+        for e in engines
     ]
     return "\n".join(lines)
+
+
+def database_text(database: str | None, server: str | None, primary: bool | None) -> str:
+    """`, database H:P (primary)` for an engine's line in `status`; `, database H:P -> server S:Q (…)` when
+    the engine reached the server through another address (a pooler); nothing from an older engine."""
+    if not database:
+        return ""
+    through = f" -> server {server}" if server and server != database else ""
+    role = "" if primary is None else " (primary)" if primary else " (standby)"
+    return f", database {database}{through}{role}"
 
 
 # ---------------------------------------------------------------- runs
