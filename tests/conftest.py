@@ -25,6 +25,7 @@ from psycopg import sql
 from reconciler.db.store import Store
 from tests.httpserver import Recorder, serving
 from tests.pgcontrol import stop_all_under
+from tests.replication import stop_bouncers_under
 
 RUN_ROOT = pytest.StashKey[Path]()
 
@@ -40,6 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     root = config.stash.get(RUN_ROOT, None)
     if root is not None:
+        stop_bouncers_under(root)  # PgBouncers a failed failover test left running (tests/replication.py)
         stop_all_under(root)
         shutil.rmtree(root, ignore_errors=True)
 
