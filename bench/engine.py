@@ -351,13 +351,13 @@ def clear(conn: psycopg.Connection[Any]) -> None:
     conn.execute("DELETE FROM scheduler.tasks")
 
 
-async def engine_claim_loop(dsn: str, count: int, batch: int = 200) -> float:
+async def engine_claim_loop(dsn: str, count: int, batch: int = 200, prepare_threshold: int | None = None) -> float:
     """(c) Rows per second of the engine's own claim transaction (`Claimer.claim`, specs validated ahead as
-    `serve` does in idle time), nothing fired."""
+    `serve` does in idle time), nothing fired; `prepare_threshold` as `engine --prepare-threshold`."""
     now = datetime.now(UTC)
     with psycopg.connect(dsn, autocommit=True) as conn:
         seed_due_rows(conn, count, now)
-    async with Store(dsn) as store:
+    async with Store(dsn, prepare_threshold=prepare_threshold) as store:
         claimer = Claimer(store, "bench-claim", batch)
         await claimer.warm(now, budget=60.0)  # as a serving engine does while it waits for the instant
         start = time.perf_counter()
