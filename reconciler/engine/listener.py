@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from reconciler.db.failover import reports_read_only
 from reconciler.db.store import DB_FAULTS, Store, redact
 from reconciler.errors import one_line
 from reconciler.spec.backoff import backoff_delay
@@ -29,7 +30,7 @@ log = logging.getLogger("reconciler.engine")
 
 POLL_SECONDS = 1.0  # the longest sleep between claims while no LISTEN connection is up
 PROBE_SECONDS = 5.0  # how long the first connection waits for its own test NOTIFY
-IDLE_CHECK_SECONDS = 30.0  # a listener that heard nothing this long checks that its connection still answers
+CHECK_SECONDS = 5.0  # how often the listener checks that its server still answers and still takes writes
 RETRY_CAP_SECONDS = 5.0  # the longest wait between tries to make the connection again
 
 
@@ -102,12 +103,16 @@ class Listener:
         return False
 
     async def _hear(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
-        """Set `woken` at each NOTIFY until `stop`; check the connection when it has been quiet a while
-        (a connection cut without a word would otherwise wait forever). Raises when it drops."""
+        """Set `woken` at each NOTIFY until `stop`; every CHECK_SECONDS check the connection: a connection
+        cut without a word would wait forever, and a server that turned read-only or into a standby (a
+        failover: the writes, and so the NOTIFYs, go to another server now) still takes LISTEN but hears
+        nothing more. Raises when it drops or its server does not take writes any more."""
         while not stop.is_set():
-            async for _ in conn.notifies(timeout=IDLE_CHECK_SECONDS):
+            async for _ in conn.notifies(timeout=CHECK_SECONDS):
                 self.woken.set()
             await conn.execute("SELECT 1")
+            if reports_read_only(conn):
+                raise psycopg.OperationalError("the server does not take writes any more (a failover)")
 
     def _up(self) -> None:
         self.connected = True
