@@ -10,30 +10,23 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, overload
-from zoneinfo import ZoneInfo
 
 from reconciler.cli.options import DatabaseOptions, parse_instant
 from reconciler.cli.runtime import with_store
-from reconciler.clock import local_text, utc_text
+from reconciler.clock import utc_text
 from reconciler.db import command_queries, operator_queries
-from reconciler.db.command_queries import ApplyRow, EngineRow, History, LiveSourceRow, OutboxRow, RunRow, StatusRow
+from reconciler.db.command_queries import ApplyRow, EngineRow, LiveSourceRow, OutboxRow, StatusRow
 from reconciler.db.embedded import database_label, home_for, stop_embedded
 from reconciler.db.grants import grants_sql
 from reconciler.db.operator_queries import PauseRow
-from reconciler.db.store import Conn, Row, Store, TaskRow
-from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, one_line
+from reconciler.db.store import Row, Store
+from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
 from reconciler.output import text as render
-from reconciler.output.explain import TaskState, explain, notified_line, occurrences_around, span
+from reconciler.output import views
+from reconciler.output.explain import notified_line
 from reconciler.output.masking import mask_text
 from reconciler.reconcile.audit import Operator, record
-from reconciler.reconcile.plan import is_drifted
-from reconciler.schedule.triggers import compile_schedule
-from reconciler.spec.task import TaskSpec
-
-ENGINE_LIVE_SECONDS = 30
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -53,17 +46,6 @@ def cmd_db(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _local(moment: datetime | None, zone: str, machine: bool = False) -> str | None:
-    """The instant in the task's zone: text for people, ISO with the offset for json."""
-    if moment is None:
-        return None if machine else "-"
-    try:
-        where = ZoneInfo(zone)
-    except (KeyError, ValueError, OSError):  # a zone edited by hand (ZoneInfoNotFoundError is a KeyError)
-        return None if machine else "(unknown zone)"
-    return moment.astimezone(where).isoformat() if machine else local_text(moment, where)
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     database = DatabaseOptions.of(args)
 
@@ -72,7 +54,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     ) -> tuple[list[StatusRow], list[EngineRow], list[LiveSourceRow], datetime, dict[str, PauseRow]]:
         async with store.reading() as conn:
             rows = await command_queries.status_rows(conn)
-            engines = await command_queries.engines_live(conn, seconds=float(ENGINE_LIVE_SECONDS))
+            engines = await command_queries.engines_live(conn, seconds=float(views.ENGINE_LIVE_SECONDS))
             live = await command_queries.applies_live_sources(conn)
             [clock] = await command_queries.clock_now(conn, now=None)  # overdue by the database's clock
             pauses = await operator_queries.pauses_readable(conn, ids=None)
@@ -80,42 +62,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     rows, engines, revisions, now, pauses = with_store(database, work)
 
-    items = []
-    for row in rows:
-        task_row = TaskRow.from_row(row)
-        # A disabled task has no next run, whatever a hand edit left in next_run_at.
-        next_run_at = row["next_run_at"] if row["enabled"] else None
-        items.append(
-            {
-                "id": row["id"],
-                "source": row["source"],
-                "enabled": row["enabled"],
-                "timezone": row["timezone"],
-                "next_run_at": next_run_at,
-                "next_run_local": _local(next_run_at, row["timezone"], machine=args.format == "json"),
-                # a paused task fires nothing on purpose: no engine is failing to claim it
-                "overdue": row["id"] not in pauses
-                and render.is_overdue(row["enabled"], next_run_at, render.grace_seconds(task_row.spec), now),
-                "last_run_at": row["last_scheduled_for"],
-                "last_status": row["last_status"],
-                "last_scheduled_for": row["last_scheduled_for"],
-                "last_finished_at": row["last_finished_at"],
-                "drift": is_drifted(task_row),
-                "paused": paused_fields(pauses.get(row["id"])),
-            }
-        )
-    live = [
-        {
-            "engine_id": e["engine_id"],
-            "host": e["host"],
-            "pid": e["pid"],
-            "last_seen": e["last_seen"],
-            "database": e["database"],
-            "server": e["server"],
-            "primary": e["is_primary"],
-        }
-        for e in engines
-    ]
+    machine = args.format == "json"
+    items = [views.status_item(row, pauses, now, machine) for row in rows]
+    live = [views.engine_item(e) for e in engines]
     applied = [
         {"source": r["source"], "revision": r["revision"], "applied_at": r["applied_at"], "author": r["author"]}
         for r in revisions
@@ -123,10 +72,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.format == "json":
         data = {
             "database": database_label(database.dsn, database.tasks_dir),
-            "tasks": [
-                {**task, "paused": render.json_rows([task["paused"]])[0] if task["paused"] else None}
-                for task in render.json_rows(items)
-            ],
+            "tasks": [views.json_task(task) for task in items],
             "engines": render.json_rows(live),
             "live_revisions": render.json_rows(applied),
         }
@@ -135,18 +81,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(render.safe(f"database: {database_label(database.dsn, database.tasks_dir)}"))
     print(render.status_text(items, live, applied))  # ids, hosts and revisions may come from anywhere: escaped there
     return EXIT_OK
-
-
-def paused_fields(pause: PauseRow | None) -> dict[str, Any] | None:
-    """A task's pause in force for `status` (by, reason, since, until), None when it is not paused."""
-    if pause is None:
-        return None
-    return {
-        "paused_by": pause["paused_by"],
-        "reason": pause["reason"],
-        "paused_at": pause["paused_at"],
-        "paused_until": pause["paused_until"],
-    }
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -277,62 +211,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> list[str]:
         async with store.reading() as conn:
-            [clock] = await command_queries.clock_now(conn, now=None)  # "due" by the database's clock
-            now: datetime = clock["now"]
-            at = asked or now
-            found = await command_queries.task_get(conn, id=args.id)
-            if not found:
-                raise UserError(
-                    f"task {args.id!r} is not in the database; apply its file first (`reconciler plan` shows it)"
-                )
-            row = found[0]
-            try:
-                spec = TaskSpec.model_validate(json.loads(row["spec_text"]))
-                shown = occurrences_around(compile_schedule(spec), at)
-            except ValueError as exc:  # pydantic's ValidationError and TriggerError are ValueErrors
-                raise UserError(
-                    f"task {args.id!r}: the stored spec no longer validates ({one_line(exc)}); "
-                    "`reconciler apply` restores it"
-                ) from None
-            lo, hi = span(shown, at)
-            between = await command_queries.runs_between(conn, task_id=args.id, lo=lo, hi=hi)
-            runs = await with_notifications(conn, between)
-            pause = (await operator_queries.pauses_readable(conn, ids=[args.id])).get(args.id)
-        task = TaskState(
-            row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"], pause
-        )
-        lines = explain(task, shown, runs, at, now)
-        changed = row["revision"] or "unknown (applied without a revision)"
-        return [*lines[:1], f"last changed by revision {changed} at {utc_text(row['updated_at'])}", *lines[1:]]
+            return await views.explain_lines(conn, args.id, asked)
 
     print("\n".join(render.safe(mask_text(line)) for line in with_store(DatabaseOptions.of(args), work)))
     return EXIT_OK
-
-
-@overload
-async def listing(
-    conn: Conn, of: Literal["runs"], task_id: str | None, status: str | None, limit: int
-) -> tuple[list[RunRow], bool]: ...
-
-
-@overload
-async def listing(
-    conn: Conn, of: Literal["notifications"], task_id: str | None, status: str | None, limit: int
-) -> tuple[list[OutboxRow], bool]: ...
-
-
-async def listing(
-    conn: Conn, of: History, task_id: str | None, status: str | None, limit: int
-) -> tuple[list[RunRow] | list[OutboxRow], bool]:
-    """The rows of a history (the runs, or the notifications), and whether `task_id` is known:
-    a deleted task's history stays, so an id is known if a task or any row of that history has it."""
-    rows = await command_queries.history(conn, of, task_id=task_id, status=status, limit=limit)
-    if rows or task_id is None:
-        return rows, True
-    known = bool(await command_queries.task_get(conn, id=task_id)) or bool(
-        await command_queries.history(conn, of, task_id=task_id, status=None, limit=1)
-    )
-    return rows, known
 
 
 def unknown_task(task_id: str, history: str) -> UserError:
@@ -348,37 +230,20 @@ def nothing_recorded(history: str, status: str | None, task_id: str | None) -> s
     return f"no {which}{of} recorded yet"
 
 
-def masked(row: Mapping[str, Any], *keys: str) -> Row:
-    """The row with the free text under `keys` masked (errors and excerpts may quote a credential)."""
-    return {**row, **{key: mask_text(row[key]) if row[key] else None for key in keys}}
-
-
-async def with_notifications(conn: Conn, runs: Sequence[Mapping[str, Any]]) -> list[Row]:
-    """Each run with the notifications it caused (errors masked) under `notifications`, in one query for
-    all; none where the outbox is missing or unreadable (a database, or a role's grants, from before it)."""
-    notes: dict[int, list[Row]] = {}
-    if runs and (await command_queries.notifications_readable(conn))[0]["readable"]:
-        run_ids = [run["id"] for run in runs]
-        for note in await command_queries.notifications_of_runs(conn, run_ids=run_ids):
-            notes.setdefault(note["run_id"], []).append(masked(note, "error"))
-    return [{**run, "notifications": notes.get(run["id"], [])} for run in runs]
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     """Run history, newest first; an id that names no task and no recorded run is an error."""
 
     async def work(store: Store) -> tuple[list[Row], bool]:
         async with store.reading() as conn:
-            rows, known = await listing(conn, "runs", args.id, args.status, args.limit)
-            return await with_notifications(conn, rows), known
+            rows, known = await views.listing(conn, "runs", args.id, args.status, args.limit)
+            return await views.with_notifications(conn, rows), known
 
     found, known = with_store(DatabaseOptions.of(args), work)
     if not known:
         raise unknown_task(args.id, "runs")
-    rows = [masked(r, "error", "response_excerpt") for r in found]
+    rows = views.masked_runs(found)
     if args.format == "json":
-        data = [{**run, "notifications": render.json_rows(run["notifications"])} for run in render.json_rows(rows)]
-        print(json.dumps(data, indent=2))
+        print(json.dumps(views.json_runs(rows), indent=2))
         return EXIT_OK
     if not rows:
         print(nothing_recorded("runs", args.status, args.id))
@@ -408,12 +273,12 @@ def cmd_notifications(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> tuple[list[OutboxRow], bool]:
         async with store.reading() as conn:
-            return await listing(conn, "notifications", args.task, args.status, args.limit)
+            return await views.listing(conn, "notifications", args.task, args.status, args.limit)
 
     found, known = with_store(DatabaseOptions.of(args), work)
     if not known:
         raise unknown_task(args.task, "notifications")
-    rows = [masked(r, "error") for r in found]
+    rows = [views.masked(r, "error") for r in found]
     if args.format == "json":
         print(json.dumps(render.json_rows(rows), indent=2))
         return EXIT_OK

@@ -8,8 +8,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from reconciler.cli.console import err, log
+from reconciler.cli.dashboard import DEFAULT_ADDR, dashboard_token, make_dashboard, warn_if_open
 from reconciler.cli.declared import need_tasks_dir
 from reconciler.cli.options import DatabaseOptions, WatchOptions, engine_config
 from reconciler.cli.runtime import stop_on_signals, store_for, with_store
@@ -25,6 +29,10 @@ from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
 from reconciler.logs import setup_logging
 from reconciler.output import text as render
 from reconciler.targets.http import Outcome
+
+if TYPE_CHECKING:
+    from reconciler.web.dashboard import Dashboard
+    from reconciler.web.metrics import Endpoint
 
 
 async def open_patiently(store: Store, stop: asyncio.Event, outage: Outage) -> bool:
@@ -47,14 +55,42 @@ async def open_patiently(store: Store, stop: asyncio.Event, outage: Outage) -> b
     return False
 
 
-async def run_engine(store: Store, metrics_addr: str | None, stop: asyncio.Event, engine: Engine) -> None:
-    """Serve `engine` (and its metrics endpoint on `metrics_addr`, if any) until `stop` is set; waits for the
-    database first."""
-    server = None
-    if metrics_addr:
-        from reconciler.web.metrics import serve_metrics
+@dataclass(frozen=True)
+class WebOptions:
+    """What an engine serves over HTTP: /metrics, the probes and the dashboard on `addr`.
 
-        server = await serve_metrics(metrics_addr, engine, store)
+    `fallback`: when `addr` is taken, listen on a port the kernel picks (for `up`, whose address is a
+    default, not a promise); `say` is told the dashboard's URL once it listens."""
+
+    addr: str
+    dashboard: Dashboard | None = None
+    token: str | None = None
+    fallback: bool = False
+    say: Callable[[str], None] | None = None
+
+
+async def start_web(web: WebOptions, engine: Engine, store: Store) -> Endpoint:
+    from reconciler.web.metrics import serve_metrics
+
+    try:
+        served = await serve_metrics(web.addr, engine, store, dashboard=web.dashboard, token=web.token)
+    except OSError as exc:
+        if not web.fallback:
+            raise UserError(
+                f"--metrics-addr {web.addr}: cannot listen ({exc.strerror or exc}); pick another port"
+            ) from None
+        host = web.addr.rpartition(":")[0]
+        served = await serve_metrics(f"{host}:0", engine, store, dashboard=web.dashboard, token=web.token)
+    warn_if_open(web.addr, web.token)
+    if web.say is not None:
+        web.say(served.url)
+    return served
+
+
+async def run_engine(store: Store, web: WebOptions | None, stop: asyncio.Event, engine: Engine) -> None:
+    """Serve `engine` (and /metrics, the probes and the dashboard on `web.addr`, if any) until `stop` is set;
+    waits for the database first."""
+    server = await start_web(web, engine, store) if web is not None else None
     sources = list(engine.config.sources)
     fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency, "sources": sources}
     scope = f"sources {', '.join(sources)}" if sources else "every source"
@@ -66,8 +102,20 @@ async def run_engine(store: Store, metrics_addr: str | None, stop: asyncio.Event
             await engine.firer.close()
     finally:
         if server is not None:
-            server.close()
+            await server.close()
     log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
+
+
+def web_options(
+    args: argparse.Namespace, default: str | None = None, say: Callable[[str], None] | None = None
+) -> WebOptions | None:
+    """--metrics-addr (else `default`) with the dashboard of the command's database, unless --no-dashboard."""
+    addr = args.metrics_addr or default
+    if addr is None:
+        return None
+    dashboard = None if args.no_dashboard else make_dashboard(DatabaseOptions.of(args))
+    fallback = args.metrics_addr is None
+    return WebOptions(addr, dashboard, dashboard_token(args), fallback, say)
 
 
 def engine_pool_size(config: EngineConfig) -> int:
@@ -82,7 +130,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
         store = store_for(database, engine_pool_size(config))
         engine = Engine(store, config)
         try:
-            await run_engine(store, args.metrics_addr, stop_on_signals(engine), engine)
+            await run_engine(store, web_options(args), stop_on_signals(engine), engine)
         finally:
             await store.close()
         return EXIT_OK
@@ -141,10 +189,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         engine.observers.append(RunPrinter())
         watched = f"{watching.files.tasks_dir} and {watching.files.notifiers_dir}"
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
+
+        def show_url(url: str) -> None:
+            print(f"reconciler up: dashboard on {url}/ (and /metrics)", flush=True)
+
         watcher = asyncio.create_task(watch_files(store, watching, stop))
         watcher.add_done_callback(lambda task: stop_if_failed(task, stop))
         try:
-            await run_engine(store, args.metrics_addr, stop, engine)
+            await run_engine(store, web_options(args, DEFAULT_ADDR, show_url), stop, engine)
         finally:
             stop.set()
             (failure,) = await asyncio.gather(watcher, return_exceptions=True)

@@ -11,11 +11,9 @@ from __future__ import annotations
 import os
 from argparse import Namespace
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from reconciler.errors import UserError
-from reconciler.spec.values import year_problem
+from reconciler.spec.values import parse_instant as parse_instant
 
 if TYPE_CHECKING:
     from reconciler.engine.config import EngineConfig
@@ -110,13 +108,3 @@ def engine_config(args: Namespace, sources: tuple[str, ...]) -> EngineConfig:
     )
 
 
-def parse_instant(text: str, option: str) -> datetime:
-    """An ISO date-time within the years a task file may name; without an offset it is UTC."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError(f"{option}: {text!r} is not an ISO date-time; write e.g. 2026-12-03T00:00:00Z") from None
-    problem = year_problem(value)
-    if problem:
-        raise UserError(f"{option}: {problem}")
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value

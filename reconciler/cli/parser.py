@@ -116,9 +116,23 @@ SECONDS = bounded(float, 0.0, 86_400.0)  # --drain-seconds, --lease-margin
 MAX_SLEEP = bounded(float, 0.0, 3600.0)
 
 
+def _token_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dashboard-token-env",
+        metavar="NAME",
+        help="require `Authorization: Bearer <token>` on the dashboard, the token read from this environment variable",
+    )
+
+
 def _engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=COUNT, default=100, help="requests in flight in this process")
-    parser.add_argument("--metrics-addr", type=host_port, help="HOST:PORT for /metrics, /healthz and /readyz")
+    parser.add_argument(
+        "--metrics-addr", type=host_port, help="HOST:PORT for /metrics, /healthz, /readyz and the dashboard"
+    )
+    parser.add_argument(
+        "--no-dashboard", action="store_true", help="serve /metrics and the probes without the dashboard"
+    )
+    _token_option(parser)
     parser.add_argument("--engine-id", help="name in scheduler.engines and run rows (default: POD_NAME, else HOST-PID)")
     parser.add_argument("--batch", type=COUNT, default=100, help="due tasks claimed per transaction")
     parser.add_argument("--max-sleep", type=MAX_SLEEP, default=30.0, help="longest sleep between claims (s)")
@@ -292,6 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--limit", type=LIMIT, default=50)
     fmt(audit, "json")
     add("down", "cli.db:cmd_down", "stop this project's embedded PostgreSQL (started by any command without --dsn)")
+
+    dashboard = add("dashboard", "cli.dashboard:cmd_dashboard", "the read-only web UI (default 127.0.0.1:9464)")
+    dashboard.add_argument("--addr", type=host_port, help="HOST:PORT to listen on (default 127.0.0.1:9464)")
+    _token_option(dashboard)
 
     explain = add("explain", "cli.db:cmd_explain", "why a task did or did not fire around a time")
     explain.add_argument("id", metavar="ID")

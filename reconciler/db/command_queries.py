@@ -69,6 +69,8 @@ class EngineRow(TypedDict):
     database: str | None  # host:port as the engine's libpq connected (a pooler's, behind one)
     server: str | None  # the server's own address:port (None over a Unix socket)
     is_primary: bool | None  # None: written by an older engine
+    listen_connected: bool | None  # whether its LISTEN was up at that heartbeat; None: an older engine
+    heartbeat_age_seconds: float  # by the database's clock
 
 
 class LiveSourceRow(TypedDict):

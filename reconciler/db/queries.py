@@ -294,10 +294,19 @@ async def audit_prune_age(conn: Conn, *, before: datetime, batch: int, sources: 
 
 
 async def engine_heartbeat(
-    conn: Conn, *, engine_id: str, host: str, pid: int, now: datetime | None, database: str | None
+    conn: Conn,
+    *,
+    engine_id: str,
+    host: str,
+    pid: int,
+    now: datetime | None,
+    database: str | None,
+    listening: bool | None = None,
 ) -> list[HeartbeatRow]:
-    """`database`: host:port as this engine's libpq connected (of a multi-host DSN, the host it chose)."""
+    """`database`: host:port as this engine's libpq connected (of a multi-host DSN, the host it chose);
+    `listening`: whether its LISTEN connection is up."""
     params = {"engine_id": engine_id, "host": host, "pid": pid, "now": now, "database": database}
+    params["listening"] = listening
     return cast(list[HeartbeatRow], await Store.fetch(conn, "engine_heartbeat", params))
 
 

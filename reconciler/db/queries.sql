@@ -219,7 +219,9 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
 
 -- name: engines_live
 -- Engines whose last heartbeat is at most %(seconds)s old, by the database's clock (heartbeats are written by it).
-SELECT engine_id, host, pid, started_at, last_seen, database, server, is_primary FROM scheduler.engines
+SELECT engine_id, host, pid, started_at, last_seen, database, server, is_primary, listen_connected,
+       EXTRACT(EPOCH FROM now() - last_seen)::float8 AS heartbeat_age_seconds
+  FROM scheduler.engines
  WHERE last_seen >= now() - make_interval(secs => %(seconds)s) ORDER BY engine_id;
 
 -- name: read_limits
@@ -390,11 +392,13 @@ RETURNING r.id, r.task_id, r.scheduled_for, r.error,
 
 -- name: engine_heartbeat
 -- Returns the database's clock as the statement ran: the engine measures its own clock's offset from it.
-INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen, database, server, is_primary)
+INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen, database, server, is_primary,
+                               listen_connected)
 VALUES (%(engine_id)s, %(host)s, %(pid)s, COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()),
-        %(database)s, host(inet_server_addr()) || ':' || inet_server_port(), NOT pg_is_in_recovery())
+        %(database)s, host(inet_server_addr()) || ':' || inet_server_port(), NOT pg_is_in_recovery(), %(listening)s)
 ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXCLUDED.host, pid = EXCLUDED.pid,
-       database = EXCLUDED.database, server = EXCLUDED.server, is_primary = EXCLUDED.is_primary
+       database = EXCLUDED.database, server = EXCLUDED.server, is_primary = EXCLUDED.is_primary,
+       listen_connected = EXCLUDED.listen_connected
 RETURNING clock_timestamp() AS database_now;
 
 -- name: engine_gone
@@ -755,3 +759,78 @@ SELECT id, at, actor, action, source, task_ids, reason, details
 -- before a table existed has none).
 SELECT name FROM unnest(%(names)s::text[]) AS name
  WHERE coalesce(has_table_privilege(to_regclass('scheduler.' || name), 'SELECT'), false);
+
+-- ============================================================== dashboard
+-- Read-only, each through an index, each page bounded by %(limit)s (docs/dashboard.md).
+
+-- name: dashboard_tasks
+-- The task list: a page of tasks after %(after)s by id (or the one task %(id)s), filtered by source, labels (a jsonb object the
+-- task's labels contain) and the newest run's status. Each with status_rows' columns, its newest run's
+-- HTTP status and lateness, its failing streak (failed or lost runs since its newest success, counted
+-- to 100) and its runs scheduled in the last day by status: index descents per task, as status_rows.
+SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
+       t.xmin::text AS version,
+       CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
+       r.status AS last_status, r.scheduled_for AS last_scheduled_for, r.finished_at AS last_finished_at,
+       r.http_status AS last_http_status, r.kind AS last_kind,
+       EXTRACT(EPOCH FROM r.started_at - r.scheduled_for)::float8 AS last_late_seconds,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM scheduler.runs f
+             WHERE f.task_id = ANY(ARRAY[t.id]) AND f.status IN ('failed', 'lost') AND f.id > COALESCE(s.id, 0)
+             ORDER BY f.task_id DESC, f.id DESC LIMIT 100) streak) AS failing_streak,
+       COALESCE((SELECT jsonb_object_agg(status, n) FROM (
+            SELECT status, count(*) AS n FROM scheduler.runs d
+             WHERE d.task_id = t.id AND d.scheduled_for > COALESCE(%(now)s::timestamptz, now()) - interval '1 day'
+             GROUP BY status) day), '{}'::jsonb) AS last_day
+  FROM scheduler.tasks t
+  LEFT JOIN LATERAL (
+        SELECT status, scheduled_for, started_at, finished_at, http_status, kind FROM scheduler.runs
+         WHERE task_id = ANY(ARRAY[t.id]) ORDER BY task_id DESC, id DESC LIMIT 1) r ON true
+  LEFT JOIN LATERAL (
+        SELECT id FROM scheduler.runs
+         WHERE task_id = ANY(ARRAY[t.id]) AND status = 'succeeded'
+         ORDER BY task_id DESC, id DESC LIMIT 1) s ON true
+ WHERE (%(after)s::text IS NULL OR t.id > %(after)s) AND (%(id)s::text IS NULL OR t.id = %(id)s)
+   AND (%(source)s::text IS NULL OR t.source = %(source)s)
+   AND (%(labels)s::jsonb IS NULL OR t.spec -> 'labels' @> %(labels)s::jsonb)
+   AND (%(status)s::text IS NULL OR r.status = %(status)s OR (%(status)s = 'none' AND r.status IS NULL))
+ ORDER BY t.id
+ LIMIT %(limit)s;
+
+-- name: dashboard_counts
+-- The task list's heading: tasks in the database, enabled ones, and the sources (for the filter).
+SELECT count(*) AS tasks, count(*) FILTER (WHERE enabled) AS enabled,
+       COALESCE(array_agg(DISTINCT source), '{}') AS sources
+  FROM scheduler.tasks;
+
+-- name: dashboard_timeline_tasks
+-- The timeline: a page of enabled tasks after %(after)s by id (their schedules are expanded in Python).
+SELECT id, source, spec::text AS spec_text, timezone FROM scheduler.tasks
+ WHERE enabled AND (%(after)s::text IS NULL OR id > %(after)s)
+   AND (%(source)s::text IS NULL OR source = %(source)s)
+ ORDER BY id
+ LIMIT %(limit)s;
+
+-- name: dashboard_runs
+-- /runs: runs before id %(before)s, newest first, filtered by task, status, kind and scheduled time.
+-- As runs_list: every task's through runs_pkey, one task's through its (task_id, id) index.
+SELECT * FROM (
+    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
+            http_status, error, duration_ms, response_excerpt
+       FROM scheduler.runs
+      WHERE %(task_id)s::text IS NULL AND (%(before)s::bigint IS NULL OR id < %(before)s)
+        AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+        AND (%(since)s::timestamptz IS NULL OR scheduled_for >= %(since)s)
+        AND (%(until)s::timestamptz IS NULL OR scheduled_for < %(until)s)
+      ORDER BY id DESC LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
+            http_status, error, duration_ms, response_excerpt
+       FROM scheduler.runs
+      WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(before)s::bigint IS NULL OR id < %(before)s)
+        AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+        AND (%(since)s::timestamptz IS NULL OR scheduled_for >= %(since)s)
+        AND (%(until)s::timestamptz IS NULL OR scheduled_for < %(until)s)
+      ORDER BY task_id DESC, id DESC LIMIT %(limit)s)) AS listed
+ ORDER BY id DESC;
+

@@ -92,7 +92,8 @@ class Engine:
         self.claims: dict[asyncio.Task[Report], int] = {}  # claims running in serve(), and the most each may take
         self._more_due = True  # the last claim to end took all it asked for: more may be due
         self.observers: list[Observer] = []
-        self.upkeep = Upkeep(store, config, lambda: self.clock)  # heartbeat, retention, late scan
+        # heartbeat, retention, late scan; the heartbeat says whether LISTEN is up (for `status` and /engines)
+        self.upkeep = Upkeep(store, config, lambda: self.clock, lambda: self.listener.connected)
         self.outage = Outage()  # the database's state, logged once per change
         self.listener = Listener(store, config.listen_dsn)  # NOTIFYs wake the claim loop (see listener.py)
         self.firing: set[int] = set()  # the run ids the workers are firing (those resting between attempts too)

@@ -29,10 +29,17 @@ class Upkeep:
     """The heartbeat, the pruner and the late scan of one engine; `clock` gives the engine's clock
     (read at each use: a test may set another)."""
 
-    def __init__(self, store: Store, config: EngineConfig, clock: Callable[[], Clock]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: EngineConfig,
+        clock: Callable[[], Clock],
+        listening: Callable[[], bool | None] = lambda: None,
+    ) -> None:
         self.store = store
         self.config = config
         self._clock = clock
+        self.listening = listening
         self.clock_off = False  # the last heartbeat found this machine's clock past max_clock_offset
 
     @property
@@ -128,7 +135,13 @@ class Upkeep:
             sent = utcnow()
             database = f"{conn.info.host}:{conn.info.port}"  # of a multi-host DSN, the host libpq chose
             [row] = await queries.engine_heartbeat(
-                conn, engine_id=self.config.engine_id, host=host, pid=pid, now=now, database=database
+                conn,
+                engine_id=self.config.engine_id,
+                host=host,
+                pid=pid,
+                now=now,
+                database=database,
+                listening=self.listening(),
             )
             received = utcnow()
         if isinstance(self.clock, DatabaseClock):

@@ -19,6 +19,7 @@ from reconciler.files.tasks import Task
 from reconciler.reconcile.revision import short
 from reconciler.schedule.base import Fire
 from reconciler.schedule.describe import describe_trigger, fire_line
+from reconciler.spec.task import TaskSpec
 
 # A due task is claimed within a second or two while an engine runs; this much later means none is claiming it.
 OVERDUE_SECONDS = 60
@@ -39,16 +40,17 @@ def next_text(rows: list[tuple[Task, list[Fire]]]) -> str:
     return "\n".join(out)
 
 
+def next_item(task_id: str, spec: TaskSpec, fires: list[Fire]) -> dict[str, Any]:
+    """One task of `next --format json`: its fire times in its zone, and the DST notes."""
+    return {
+        "id": task_id,
+        "fire_times": [f.at.astimezone(ZoneInfo(spec.timezone)).isoformat() for f in fires],
+        "dst": [f"{utc_iso(f.at)}: {f.note}" for f in fires if f.note],
+    }
+
+
 def next_json(rows: list[tuple[Task, list[Fire]]]) -> str:
-    data = [
-        {
-            "id": task.id,
-            "fire_times": [f.at.astimezone(ZoneInfo(task.spec.timezone)).isoformat() for f in fires],
-            "dst": [f"{utc_iso(f.at)}: {f.note}" for f in fires if f.note],
-        }
-        for task, fires in rows
-    ]
-    return json.dumps(data, indent=2)
+    return json.dumps([next_item(task.id, task.spec, fires) for task, fires in rows], indent=2)
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -32,6 +32,12 @@ def upcoming(schedule: Schedule, after: datetime, count: int) -> list[Fire]:
     return fires
 
 
+def fires_between(schedule: Schedule, start: datetime, end: datetime, limit: int) -> tuple[list[Fire], bool]:
+    """The occurrences in (start, end], at most `limit` of them, and whether more fall in that span."""
+    fires = [fire for fire in upcoming(schedule, start, limit + 1) if fire.at <= end]
+    return fires[:limit], len(fires) > limit
+
+
 @lru_cache(maxsize=256)
 def transitions(zone: ZoneInfo, start: datetime, days: int) -> tuple[datetime, ...]:
     """Instants (UTC) in [start, start+days) where the zone's UTC offset changes, found hour by hour."""

@@ -4,12 +4,13 @@ and the rules of names: ids, time zones."""
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, time
+from datetime import UTC, date, datetime, time
 from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, PlainSerializer, PlainValidator, field_validator
 
+from reconciler.errors import UserError
 from reconciler.spec.model import Model, did_you_mean
 
 ID_SEGMENT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
@@ -188,3 +189,15 @@ def id_problem(task_id: str) -> str | None:
         if not ID_SEGMENT.fullmatch(segment):
             return f"id segment {segment!r} must match [a-z0-9][a-z0-9_.-]{{0,62}} (lower-case letters, digits, _ . -)"
     return None
+
+
+def parse_instant(text: str, option: str) -> datetime:
+    """An ISO date-time within the years a task file may name; without an offset it is UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"{option}: {text!r} is not an ISO date-time; write e.g. 2026-12-03T00:00:00Z") from None
+    problem = year_problem(value)
+    if problem:
+        raise UserError(f"{option}: {problem}")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value

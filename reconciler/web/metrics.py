@@ -1,4 +1,4 @@
-"""Prometheus metrics and health endpoints for `engine --metrics-addr HOST:PORT`."""
+"""Prometheus metrics and health endpoints for `engine --metrics-addr HOST:PORT` (the dashboard beside them)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from aiohttp import web
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -32,6 +33,7 @@ from reconciler.db import queries
 from reconciler.db.queries import EngineSeenRow, HealthRow
 from reconciler.db.store import Store
 from reconciler.engine.leader import Lease
+from reconciler.web.app import Served, make_app, serve
 
 log = logging.getLogger("reconciler.metrics")
 REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from reconciler.engine.claim import Claimed, Report
     from reconciler.engine.loop import Engine
     from reconciler.targets.http import Outcome
+    from reconciler.web.dashboard import Dashboard
 
 
 class EngineMetrics:
@@ -380,11 +383,15 @@ async def serve_metrics(
     refresh_seconds: float = REFRESH_SECONDS,
     task_limit: int = TASK_SERIES_LIMIT,
     probe_dsn: str | None = None,
+    dashboard: Dashboard | None = None,
+    token: str | None = None,
 ) -> Endpoint:
-    """Start the HTTP endpoint and the gauge refresher; close the returned Endpoint to stop both.
+    """Start the HTTP endpoint (with `dashboard`'s pages beside it, when given) and the gauge refresher;
+    close the returned Endpoint to stop both.
 
     The health lease lasts three refreshes: a leader that stops is replaced within that.
-    `probe_dsn` (default the store's) is what /healthz and /readyz connect to."""
+    `probe_dsn` (default the store's) is what /healthz and /readyz connect to; `token` guards the
+    dashboard (see web/app.py)."""
     registry = CollectorRegistry()
     lease = Lease(store, lease_name(engine.config.sources), engine.config.engine_id, 3 * refresh_seconds)
     metrics = EngineMetrics(registry, lease, task_limit)
@@ -396,52 +403,48 @@ async def serve_metrics(
         registry=registry,
     ).set_function(lambda: float(engine.listener.connected))
     probe = Probe(probe_dsn or store.dsn)
-    host, _, port = addr.rpartition(":")
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(Exception):
-            request = (await asyncio.wait_for(reader.readline(), 5)).decode("latin-1").split()
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass
-            path = request[1] if len(request) > 1 else "/"
-            status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            if path == "/metrics":  # rendered in a thread: a scrape of thousands of series never holds up a fire
-                body = await asyncio.to_thread(lambda: generate_latest(registry) + metrics.health.task_text())
-                status, ctype = "200 OK", CONTENT_TYPE_LATEST
-            elif path in ("/healthz", "/readyz"):
-                ok = await probe.ok()
-                if path == "/readyz":  # ready once a claim has gone through
-                    ok = ok and engine.ready
-                status = "200 OK" if ok else "503 Service Unavailable"
-                body = b"ok\n" if ok else b"database unreachable\n"
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await writer.drain()
-        writer.close()
+    async def scrape(request: web.Request) -> web.Response:
+        # rendered in a thread: a scrape of thousands of series never holds up a fire
+        body = await asyncio.to_thread(lambda: generate_latest(registry) + metrics.health.task_text())
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    server = await asyncio.start_server(handle, host or "127.0.0.1", int(port))
+    async def health(request: web.Request) -> web.Response:
+        ok = await probe.ok()
+        if request.path == "/readyz":  # ready once a claim has gone through
+            ok = ok and engine.ready
+        return web.Response(status=200 if ok else 503, text="ok\n" if ok else "database unreachable\n")
+
+    app = make_app(token)
+    app.router.add_get("/metrics", scrape)
+    app.router.add_get("/healthz", health)
+    app.router.add_get("/readyz", health)
+    if dashboard is not None:
+        dashboard.add_routes(app)
+    served = await serve(app, addr)
     refresher = asyncio.create_task(refresh_gauges(metrics, engine, store, refresh_seconds))
-    return Endpoint(server, refresher, registry, metrics, probe)
+    return Endpoint(served, refresher, registry, metrics, probe, dashboard)
 
 
 @dataclass
 class Endpoint:
-    """The listening /metrics server and its background refresher; close() stops both. The health
-    lease is not given back: it runs out, as a crashed engine's does."""
+    """The listening server and its background refresher; close() stops both (and the dashboard's pool).
+    The health lease is not given back: it runs out, as a crashed engine's does."""
 
-    server: asyncio.Server
+    served: Served
     refresher: asyncio.Task[None]
     registry: CollectorRegistry
     metrics: EngineMetrics
     probe: Probe
+    dashboard: Dashboard | None = None
 
-    def close(self) -> None:
+    @property
+    def url(self) -> str:
+        return self.served.url
+
+    async def close(self) -> None:
         self.refresher.cancel()
-        self.server.close()
-        if self.probe.conn is not None:
-            # A sync close: the caller may be on its way out of the loop.
-            with contextlib.suppress(Exception):
-                self.probe.conn.pgconn.finish()
+        await self.served.close()
+        await self.probe.close()
+        if self.dashboard is not None:
+            await self.dashboard.close()

@@ -49,8 +49,7 @@ async def metrics_endpoint(engine: Engine, store: Store, **options: Any) -> tupl
     """`serve_metrics` on a port the kernel picks (127.0.0.1:0), read back from the bound socket:
     (the endpoint, its base URL). No port is probed, closed and reused, so none can be taken meanwhile."""
     served = await serve_metrics("127.0.0.1:0", engine, store, **options)
-    host, port = served.server.sockets[0].getsockname()[:2]
-    return served, f"http://{host}:{port}"
+    return served, served.url
 
 
 async def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -102,7 +102,7 @@ async def test_the_gauge_drops_when_the_listen_backend_is_terminated_and_recover
     finally:
         stop.set()
         await served
-        endpoint.close()
+        await endpoint.close()
         await engine.firer.close()
         await engine.deliverer.close()
     said = [r.getMessage() for r in caplog.records if "LISTEN connection" in r.getMessage()]

@@ -187,7 +187,7 @@ async def test_a_database_without_the_outbox_still_serves_the_other_gauges(
         assert found["reconciler_due_backlog"] == [({}, 0.0)]
         assert all(math.isnan(found[name][0][1]) for name, _, _ in OUTBOX_GAUGES)
     finally:
-        endpoint.close()
+        await endpoint.close()
 
 
 @needs_pgserver
@@ -218,7 +218,7 @@ async def test_healthz_follows_the_database(tmp_path: Path) -> None:
                     return (await client.get("/healthz")).status_code == 200
 
                 assert await async_wait_until(healthy, 60, step=0.25)
-            endpoint.close()
+            await endpoint.close()
             await firer.close()
     finally:
         if server.running():

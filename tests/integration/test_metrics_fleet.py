@@ -43,7 +43,7 @@ async def endpoint(engine: Engine, store: Store, **options: object) -> AsyncIter
     try:
         yield served, url
     finally:
-        served.close()
+        await served.close()
 
 
 def tasks_of(found: dict[str, list[tuple[dict[str, str], float]]], name: str) -> set[str]:
@@ -183,7 +183,7 @@ async def test_one_of_two_engines_serves_the_fleet_wide_gauges_and_the_other_tak
 
             assert await async_wait_until(one_leads, 60, step=0.1)
             [first] = await leaders(urls)
-            endpoints[urls.index(first)][0].close()  # as if it died: its lease is not given back
+            await endpoints[urls.index(first)][0].close()  # as if it died: its lease is not given back
             [other] = [u for u in urls if u != first]
 
             async def taken_over() -> bool:

@@ -1,0 +1,116 @@
+"""One aiohttp application for everything reconciler serves over HTTP: /metrics, /healthz and /readyz
+(an engine's) and the read-only dashboard, with the rules every response follows.
+
+Rules, in one middleware: GET and HEAD only (405 otherwise, with `Allow`); the security headers on
+every response (a strict Content-Security-Policy: the pages load nothing but their own stylesheet
+and script, and may not be framed); with a token, the dashboard's routes want it as a bearer token
+(compared in constant time), while /metrics and the probes stay open for Prometheus and the kubelet.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+log = logging.getLogger("reconciler.web")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+OPEN_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})  # never behind the dashboard's token
+ALLOWED_METHODS = ("GET", "HEAD")
+
+
+def guard(token: str | None) -> Middleware:
+    """The middleware: methods, token, headers (see the module's docstring)."""
+    expected = f"Bearer {token}".encode() if token else None
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method not in ALLOWED_METHODS:
+            response: web.StreamResponse = web.Response(
+                status=405, text="405: read-only; only GET and HEAD\n", headers={"Allow": ", ".join(ALLOWED_METHODS)}
+            )
+        elif expected is not None and request.path not in OPEN_PATHS and not _bearer_ok(request, expected):
+            response = web.Response(
+                status=401,
+                text="401: this dashboard wants `Authorization: Bearer <token>` (engine --dashboard-token-env)\n",
+                headers={"WWW-Authenticate": 'Bearer realm="reconciler"'},
+            )
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:  # 404s of the router, and redirects
+                response = exc
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return middleware
+
+
+def _bearer_ok(request: web.Request, expected: bytes) -> bool:
+    given = request.headers.get("Authorization", "").encode("utf-8", "replace")
+    return hmac.compare_digest(given, expected)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) only listens on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def make_app(token: str | None = None) -> web.Application:
+    """The application, without routes: the dashboard and the engine's endpoints add theirs."""
+    return web.Application(middlewares=[guard(token)], client_max_size=1024)  # GET and HEAD carry no body
+
+
+@dataclass
+class Served:
+    """A running application: its runner, and the address it listens on (the kernel's port when 0 was asked)."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def close(self) -> None:
+        """Stop listening (again: a no-op)."""
+        if self.runner.server is not None:
+            await self.runner.cleanup()
+
+
+async def serve(app: web.Application, addr: str) -> Served:
+    """Listen on `addr` (HOST:PORT; port 0: one the kernel picks); raises OSError when it cannot."""
+    host, _, port = addr.rpartition(":")
+    host = host or "127.0.0.1"
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, int(port), reuse_address=True)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0]
+    return Served(runner, host, int(bound[1]))
