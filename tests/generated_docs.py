@@ -21,7 +21,12 @@ DEPLOY_README = ROOT / "deploy" / "README.md"
 COMMAND = "python -m tests.generated_docs"
 
 # The role names deploy/README.md shows, by kind: `reconciler db grants --role-KIND NAME …` prints its GRANTs.
-ROLES = {"planner": "reconciler_plan", "applier": "reconciler_apply", "engine": "reconciler_engine"}
+ROLES = {
+    "planner": "reconciler_plan",
+    "applier": "reconciler_apply",
+    "engine": "reconciler_engine",
+    "dashboard": "reconciler_dashboard",
+}
 
 
 def grants_block() -> str:
@@ -29,7 +34,7 @@ def grants_block() -> str:
     options = [f"--role-{kind} {name}" for kind, name in ROLES.items()]
     code, out, err = run_main(["db", "grants", *" ".join(options).split()])
     assert code == 0, err
-    command = f'reconciler db grants {options[0]} {options[1]} \\\n    {options[2]} | psql "$OWNER_DSN"'
+    command = f'reconciler db grants {options[0]} {options[1]} \\\n    {options[2]} {options[3]} | psql "$OWNER_DSN"'
     return f"```sh\n{command}\n```\n\nprints:\n\n```sql\n{out}```"
 
 

@@ -32,9 +32,11 @@ from reconciler.reconcile.audit import Operator, record
 def cmd_db(args: argparse.Namespace) -> int:
     """`db init` creates or upgrades the schema; `db grants` prints what each role needs (no database)."""
     if args.action == "grants":
-        roles = (args.role_planner, args.role_applier, args.role_engine)
+        roles = (args.role_planner, args.role_applier, args.role_engine, args.role_dashboard)
         if not any(roles):
-            raise UserError("db grants: name at least one of --role-planner, --role-applier, --role-engine")
+            raise UserError(
+                "db grants: name at least one of --role-planner, --role-applier, --role-engine, --role-dashboard"
+            )
         print(grants_sql(*roles), end="")
         return EXIT_OK
 

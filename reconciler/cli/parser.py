@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument(
         "action", choices=["init", "grants"], help="init: create or upgrade the schema; grants: print GRANTs"
     )
-    for role in ("planner", "applier", "engine"):
+    for role in ("planner", "applier", "engine", "dashboard"):
         db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
 
     schema = add("schema", "cli.schema:cmd_schema", "print the JSON Schema of task files (for editors and CI)")

@@ -1,8 +1,9 @@
 """Least privilege: what each role needs on schema scheduler, as data, and the GRANTs for it (pure).
 
-Three roles besides the owner (who runs `reconciler db init`): a planner that only reads, an
-applier that writes task rows, and an engine that may move a task's `next_run_at` but never
-its spec, so a leaked engine credential cannot point a task at another URL.
+Four roles besides the owner (who runs `reconciler db init`): a planner that only reads, an
+applier that writes task rows, an engine that may move a task's `next_run_at` but never
+its spec, so a leaked engine credential cannot point a task at another URL, and a dashboard that
+reads what its pages show.
 Advisory locks, LISTEN and NOTIFY need no grant; the runs id is an identity column, so
 INSERT on runs needs no grant on its sequence.
 """
@@ -63,6 +64,15 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         # retention deletes rows older than --keep-runs-days; no UPDATE: it cannot rewrite one
         "audit": ("SELECT", "DELETE"),
     },
+    # the read-only dashboard: SELECT on what its pages show, nothing else (no notifiers, no audit log)
+    "dashboard": {
+        "tasks": ("SELECT",),
+        "runs": ("SELECT",),
+        "engines": ("SELECT",),
+        "applies": ("SELECT",),
+        "notifications": ("SELECT",),
+        "pauses": ("SELECT",),
+    },
 }
 
 # What each role may run (for the README and the comments of the generated SQL).
@@ -70,6 +80,7 @@ ROLE_COMMANDS: dict[str, str] = {
     "planner": "plan, status, runs, notifications, explain, export, history, audit",
     "applier": "the planner's commands, apply, watch, trigger, cancel, pause, resume",
     "engine": "engine",
+    "dashboard": "dashboard (and the pages `engine --metrics-addr` serves, on their own connections)",
 }
 
 _PRIVILEGE = re.compile(r"^(SELECT|INSERT|UPDATE|DELETE)(?:\(([^)]*)\))?$")
@@ -97,12 +108,12 @@ def _checked(role: str) -> str:
     return role
 
 
-def grants_sql(planner: str | None, applier: str | None, engine: str | None) -> str:
+def grants_sql(planner: str | None, applier: str | None, engine: str | None, dashboard: str | None = None) -> str:
     """The GRANT statements that give each named role (None: skip it) exactly what it needs."""
     decl = schema.load_schemata()
     declared = [t.name for t in decl.tables]
     blocks: list[str] = []
-    for kind, role in (("planner", planner), ("applier", applier), ("engine", engine)):
+    for kind, role in (("planner", planner), ("applier", applier), ("engine", engine), ("dashboard", dashboard)):
         if role is None:
             continue
         grantee = sql.Identifier(_checked(role))

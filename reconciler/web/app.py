@@ -53,8 +53,9 @@ def guard(token: str | None) -> Middleware:
         else:
             try:
                 response = await handler(request)
-            except web.HTTPException as exc:  # 404s of the router, and redirects
-                response = exc
+            except web.HTTPException as exc:  # 404s of the router, and redirects: raised, with the headers too
+                exc.headers.update(SECURITY_HEADERS)
+                raise
         response.headers.update(SECURITY_HEADERS)
         return response
 

@@ -132,7 +132,7 @@ def label_param(request: web.Request) -> tuple[str | None, str | None]:
         return None, None
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise UserError(f"label: {render.safe(text)!r} is not key=value; write e.g. label=team=billing")
+        raise UserError(f"label: {render.safe(text)!r} names no label and value; write e.g. label=team=billing")
     return text, json.dumps({key: value})
 
 

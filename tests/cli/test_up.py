@@ -7,6 +7,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import httpx
+
 from tests.builders import interval_trigger, reconciler_argv, task_text
 from tests.helpers import Output, wait_until
 from tests.httpserver import serving
@@ -41,6 +43,10 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
             assert proc.poll() is None, "up must keep running across edits"
             assert wait_until(lambda: any("run ping @" in line and "succeeded" in line for line in out.lines), 10)
             assert any("1 to update" in line for line in out.lines), out.lines
+            # the dashboard's URL (9464, or a port of the kernel's when another process holds it), serving the task
+            [shown] = [line for line in out.lines if line.startswith("reconciler up: dashboard on http://127.0.0.1:")]
+            page = httpx.get(shown.split()[4] + "?format=json", timeout=30).json()
+            assert [task["id"] for task in page["tasks"]] == ["ping"]
         finally:
             proc.send_signal(signal.SIGINT)
             try:

@@ -27,4 +27,4 @@ async def metrics_url(store: Store, engine: Engine) -> AsyncIterator[str]:
     """The engine's /metrics endpoint (`engine --metrics-addr`), served in this process."""
     server, url = await metrics_endpoint(engine, store)
     yield url
-    server.close()
+    await server.close()

@@ -48,14 +48,20 @@ class Roles:
         params.update(user=role, password=password)
         return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
 
-    def grant(self, planner: str | None = None, applier: str | None = None, engine: str | None = None) -> None:
+    def grant(
+        self,
+        planner: str | None = None,
+        applier: str | None = None,
+        engine: str | None = None,
+        dashboard: str | None = None,
+    ) -> None:
         """Run grants_sql as the owner, for roles named by their DSNs."""
 
         def user(role_dsn: str | None) -> str | None:
             return None if role_dsn is None else str(psycopg.conninfo.conninfo_to_dict(role_dsn)["user"])
 
         with psycopg.connect(self.owner_dsn, autocommit=True) as conn:
-            conn.execute(grants_sql(user(planner), user(applier), user(engine)).encode())
+            conn.execute(grants_sql(user(planner), user(applier), user(engine), user(dashboard)).encode())
 
     def drop(self) -> None:
         with psycopg.connect(self.owner_dsn, autocommit=True) as conn:

@@ -79,5 +79,5 @@ def test_db_grants_prints_sql_without_a_database(capsys: pytest.CaptureFixture[s
     assert 'GRANT SELECT, UPDATE ("next_run_at") ON TABLE "scheduler"."tasks" TO "eng";' in out
     assert main(["db", "grants"]) == 1
     assert capsys.readouterr().err.strip() == (
-        "error: db grants: name at least one of --role-planner, --role-applier, --role-engine"
+        "error: db grants: name at least one of --role-planner, --role-applier, --role-engine, --role-dashboard"
     )

@@ -1,0 +1,259 @@
+"""The dashboard's data and rules on a real database (the pages in a real browser: tests/browser/).
+
+What the pages show is what the CLI prints, by construction; here that is checked from the outside:
+`status --format json`'s task items are the task list's (which adds to them), the task page's next
+fire times are `next --format json`'s and its "why at T?" is `explain --at T`'s lines. A role with
+SELECT only serves every page; anything but GET and HEAD is a 405; a token guards the pages but not
+/metrics; and the `dashboard` command prints its URL and stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine
+from reconciler.web.app import Served, make_app, serve
+from reconciler.web.dashboard import Dashboard
+from tests.builders import clean_env, cli, cron, reconciler_argv, task_text, write_tasks
+from tests.httpserver import Recorder
+from tests.integration.engine_support import NOW, metrics_endpoint, setup
+from tests.integration.test_roles import Roles
+
+PAGES = ("/", "/tasks/ops/ping", "/timeline", "/runs", "/applies", "/engines")
+HOSTILE = "<script>window.__pwned=1</script> <img src=x onerror=\"alert('x')\"> \"quoted\" 'single'"
+
+
+@pytest.fixture
+async def site(dsn: str) -> AsyncIterator[str]:
+    """The dashboard on its own pool, served on a port the kernel picks; its base URL."""
+    served = await dashboard_at(dsn)
+    try:
+        yield served.url
+    finally:
+        await served.close()
+
+
+async def dashboard_at(dsn: str, token: str | None = None) -> Served:
+    dashboard = Dashboard(Store(dsn, max_size=2))
+    app = make_app(token)
+    dashboard.add_routes(app)
+    app.on_cleanup.append(lambda _: dashboard.close())
+    return await serve(app, "127.0.0.1:0")
+
+
+async def fired(store: Store, engine: Engine, tmp_path: Path, http: tuple[str, Recorder]) -> None:
+    """Three tasks applied and one claim: ops/ping succeeded at NOW, ops/broken failed (HTTP 500)."""
+    url, recorder = http
+    recorder.script("/broken", statuses=[500])
+    await setup(
+        store,
+        tmp_path,
+        {
+            "ops/ping": task_text(
+                'description = "Ping it"\n[labels]\nteam = "platform"',
+                trigger='kind = "interval"\nevery = "1m"',
+                url=f"{url}/ok",
+            ),
+            "ops/broken": task_text(
+                trigger='kind = "interval"\nevery = "1m"', url=f"{url}/broken", policy="retries = 0"
+            ),
+            "billing/invoices": cron(url, "30 2 * * *", top='timezone = "Europe/Berlin"'),
+        },
+        NOW - timedelta(minutes=1),
+    )
+    await engine.run_once(NOW)
+
+
+async def acli(dsn: str | None, tasks: Path | None, *args: str) -> tuple[int, str, str]:
+    """The CLI in a thread: it runs its own event loop."""
+    return await asyncio.to_thread(cli, dsn, tasks, *args)
+
+
+async def get_json(base: str, path: str, **params: str) -> dict[str, object]:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(base + path, params={**params, "format": "json"})
+    assert response.status_code == 200, response.text
+    data: dict[str, object] = response.json()
+    return data
+
+
+async def test_the_task_list_is_statuss_items_and_more(
+    store: Store, engine: Engine, dsn: str, site: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    await fired(store, engine, tmp_path, http)
+    code, out, err = await acli(dsn, None, "status", "--format", "json")
+    assert code == 0, err
+    status = {task["id"]: task for task in json.loads(out)["tasks"]}
+    listed = {task["id"]: task for task in (await get_json(site, "/"))["tasks"]}  # type: ignore[union-attr]
+    assert list(listed) == sorted(status) == ["billing/invoices", "ops/broken", "ops/ping"]
+    for task_id, item in status.items():
+        assert {key: listed[task_id][key] for key in item} == item, task_id
+    ping, broken = listed["ops/ping"], listed["ops/broken"]
+    assert ping["description"] == "Ping it" and ping["labels"] == {"team": "platform"}
+    assert ping["last_status"] == "succeeded" and ping["last_http_status"] == 200 and ping["failing_streak"] == 0
+    assert broken["last_status"] == "failed" and broken["last_http_status"] == 500 and broken["failing_streak"] == 1
+    assert listed["billing/invoices"]["schedule"] == "At 02:30 (Europe/Berlin)"
+    failing = await get_json(site, "/", status="failed")
+    assert [task["id"] for task in failing["tasks"]] == ["ops/broken"]  # type: ignore[union-attr]
+    labelled = await get_json(site, "/", label="team=platform")
+    assert [task["id"] for task in labelled["tasks"]] == ["ops/ping"]  # type: ignore[union-attr]
+
+
+async def test_the_task_page_says_what_next_and_explain_say(
+    store: Store, engine: Engine, dsn: str, site: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    await fired(store, engine, tmp_path, http)
+    at = "2026-10-25T00:45:00+00:00"  # Berlin's fall-back night
+    page = await get_json(site, "/tasks/billing/invoices", at=at)
+    now = str(page["database_now"])
+    files = write_tasks(
+        tmp_path / "files" / "tasks.d",
+        {"billing/invoices": cron(http[0], "30 2 * * *", top='timezone = "Europe/Berlin"')},
+    )
+    code, out, err = await acli(
+        None, files, "next", "billing/invoices", "--count", "10", "--after", now, "--format", "json"
+    )
+    assert code == 0, err
+    assert page["next"] == json.loads(out)[0]
+    code, out, err = await acli(dsn, None, "explain", "billing/invoices", "--at", at)
+    assert code == 0, err
+    assert page["explain"] == {"at": at, "lines": out.splitlines()}
+    runs = await get_json(site, "/tasks/ops/broken")
+    [run] = runs["runs"]  # type: ignore[misc]
+    assert run["status"] == "failed" and run["http_status"] == 500 and run["notifications"] == []
+
+
+async def test_a_select_only_role_serves_every_page(
+    store: Store, engine: Engine, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    await fired(store, engine, tmp_path, http)
+    roles = Roles(dsn)
+    try:
+        reader = roles.create("dash")
+        roles.grant(dashboard=reader)
+        served = await dashboard_at(reader)
+        try:
+            async with httpx.AsyncClient() as client:
+                for path in PAGES:
+                    for params in ({}, {"format": "json"}):
+                        response = await client.get(served.url + path, params=params)
+                        assert response.status_code == 200, (path, response.text)
+        finally:
+            await served.close()
+        with psycopg.connect(reader) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE scheduler.tasks SET enabled = false")
+    finally:
+        roles.drop()
+
+
+async def test_only_get_and_head_and_the_headers_on_every_response(site: str, store: Store) -> None:
+    await store.init_schema()
+    async with httpx.AsyncClient() as client:
+        for path in (*PAGES, "/static/style.css", "/nowhere"):
+            for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"):
+                response = await client.request(method, site + path)
+                assert response.status_code == 405, (method, path)
+                assert response.headers["Allow"] == "GET, HEAD"
+            head = await client.head(site + path)
+            assert head.status_code in (200, 404), path
+            csp = head.headers["Content-Security-Policy"]
+            assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+            assert head.headers["X-Content-Type-Options"] == "nosniff"
+            assert head.headers["Referrer-Policy"] == "no-referrer"
+
+
+async def test_a_token_guards_the_pages_but_not_metrics_and_probes(store: Store, engine: Engine, dsn: str) -> None:
+    await store.init_schema()
+    endpoint, url = await metrics_endpoint(engine, store, dashboard=Dashboard(Store(dsn, max_size=2)), token="t0k3n")
+    try:
+        async with httpx.AsyncClient() as client:
+            for header in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "t0k3n"}):
+                response = await client.get(url + "/", headers=header)
+                assert response.status_code == 401 and "t0k3n" not in response.text
+            assert (await client.get(url + "/", headers={"Authorization": "Bearer t0k3n"})).status_code == 200
+            assert (await client.get(url + "/metrics")).status_code == 200
+            assert (await client.get(url + "/healthz")).status_code == 200
+    finally:
+        await endpoint.close()
+
+
+async def test_hostile_strings_are_text(store: Store, engine: Engine, site: str, tmp_path: Path) -> None:
+    label = '"><script>alert(1)</script>'
+    await setup(
+        store,
+        tmp_path,
+        {"ops/hostile": task_text(f"description = {json.dumps(HOSTILE)}\n[labels]\nx = {json.dumps(label)}")},
+    )
+    async with httpx.AsyncClient() as client:
+        for path in ("/", "/tasks/ops/hostile"):
+            body = (await client.get(site + path)).text
+            assert "<script>" not in body and 'onerror="' not in body, path
+            assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in body
+    listed = await get_json(site, "/")
+    assert listed["tasks"][0]["description"] == HOSTILE  # type: ignore[index]
+
+
+async def test_mistakes_are_one_line_and_their_status(site: str, store: Store, dsn: str) -> None:
+    await store.init_schema()
+    async with httpx.AsyncClient() as client:
+        for path, params, status, says in (
+            ("/tasks/nope", {}, 404, "'nope' is not in the database"),
+            ("/runs", {"status": "bogus"}, 400, "status: 'bogus' is not one of"),
+            ("/runs", {"since": "yesterday"}, 400, "since: 'yesterday' is not an ISO date-time"),
+            ("/runs", {"before": "-1"}, 400, "before: '-1' is not a whole number"),
+            ("/timeline", {"tz": "Mars/Olympus"}, 400, "is not an IANA time zone"),
+            ("/timeline", {"from": "9999-12-31T23:00:00Z"}, 400, "from:"),
+            ("/", {"label": "nokey"}, 400, "label: 'nokey' names no label and value"),
+            ("/", {"after": "x" * 600}, 400, "after: longer than 500 characters"),
+        ):
+            response = await client.get(site + path, params={**params, "format": "json"})
+            assert response.status_code == status, (path, params, response.text)
+            assert says in response.json()["error"], response.text
+            page = await client.get(site + path, params=params)
+            assert page.status_code == status and "Traceback" not in page.text
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA scheduler CASCADE")
+        response = await client.get(site + "/", params={"format": "json"})
+        assert response.status_code == 503 and "`reconciler db init`" in response.json()["error"]
+
+
+def test_the_dashboard_command_prints_its_url_and_stops_on_sigterm(dsn: str) -> None:
+    proc = subprocess.Popen(
+        reconciler_argv("dashboard", "--addr", "127.0.0.1:0", "--dsn", dsn),
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("dashboard: http://127.0.0.1:") and "read-only" in line, line
+        url = line.split()[1]
+        assert httpx.get(url, params={"format": "json"}, timeout=30).status_code in (200, 503)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_token_variable_that_is_not_set_is_one_line(dsn: str) -> None:
+    code, _, err = cli(dsn, None, "dashboard", "--dashboard-token-env", "NOT_SET_ANYWHERE_42")
+    assert code == 1
+    assert err.strip() == (
+        "error: --dashboard-token-env NOT_SET_ANYWHERE_42: NOT_SET_ANYWHERE_42 is not set or empty; "
+        "export the token, or drop the option"
+    )
