@@ -96,10 +96,18 @@ def param(request: web.Request, name: str, choices: tuple[str, ...] | None = Non
     value = request.query.get(name) or None
     if value is None:
         return None
-    if len(value) > MAX_PARAM:
-        raise UserError(f"{name}: longer than {MAX_PARAM} characters")
+    checked(name, value)
     if choices is not None and value not in choices:
         raise UserError(f"{name}: {render.safe(value)!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def checked(name: str, value: str) -> str:
+    """`value` as given, unless too long or holding a NUL (PostgreSQL's text cannot): a UserError naming `name`."""
+    if len(value) > MAX_PARAM:
+        raise UserError(f"{name}: longer than {MAX_PARAM} characters")
+    if "\x00" in value:
+        raise UserError(f"{name}: contains a NUL character")
     return value
 
 
@@ -243,7 +251,7 @@ class Dashboard:
         }
 
     async def task(self, request: web.Request) -> tuple[str, dict[str, Any]]:
-        task_id = request.match_info["id"]
+        task_id = checked("task id", request.match_info["id"])
         at = instant(request, "at")
         async with self.store.reading() as conn:
             [clock] = await command_queries.clock_now(conn, now=None)

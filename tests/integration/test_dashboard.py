@@ -228,6 +228,58 @@ async def test_mistakes_are_one_line_and_their_status(site: str, store: Store, d
         assert response.status_code == 503 and "`reconciler db init`" in response.json()["error"]
 
 
+HOSTILE_VALUES = (
+    "\x00",
+    "a\x00b",
+    "\r\nX-Injected: 1",
+    "9999-12-31T23:59:59Z",
+    "0001-01-01T00:00:00Z",
+    str(2**31),
+    str(2**63),
+    "-1",
+    "NaN",
+    "inf",
+    "1e309",
+    "../../etc/passwd",
+    "%00",
+    "é漢字🙂",
+    "x" * 499,
+    "'; DROP TABLE scheduler.tasks; --",
+    "a=b=c",
+    " ",
+)
+PARAMS = (
+    "source",
+    "label",
+    "status",
+    "after",
+    "at",
+    "from",
+    "tz",
+    "task",
+    "kind",
+    "since",
+    "until",
+    "before",
+    "format",
+)
+
+
+async def test_hostile_parameters_never_break_a_page(
+    store: Store, engine: Engine, site: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    await fired(store, engine, tmp_path, http)
+    async with httpx.AsyncClient() as client:
+        for path in (*PAGES, "/tasks/%00", "/tasks/%E2%80%AE", "/tasks/" + "x" * 600):
+            for name in PARAMS:
+                for value in HOSTILE_VALUES:
+                    response = await client.get(site + path, params={name: value})
+                    assert response.status_code in (200, 400, 404), (path, name, value, response.text[:300])
+                    assert "Traceback" not in response.text and "X-Injected" not in response.headers
+    async with httpx.AsyncClient() as client:  # and the database is still whole
+        assert (await client.get(site + "/", params={"format": "json"})).json()["counts"]["tasks"] == 3
+
+
 def test_the_dashboard_command_prints_its_url_and_stops_on_sigterm(dsn: str) -> None:
     proc = subprocess.Popen(
         reconciler_argv("dashboard", "--addr", "127.0.0.1:0", "--dsn", dsn),
