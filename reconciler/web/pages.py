@@ -12,10 +12,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
 
 import jinja2
 
-from reconciler.clock import utc_text
+from reconciler.clock import local_text, utc_text
 from reconciler.output.text import safe
 
 HERE = Path(__file__).parent
@@ -36,6 +37,16 @@ def _utc(value: str | None) -> str:
     return utc_text(datetime.fromisoformat(value)) if value else "-"
 
 
+def _in_zone(value: str | None, zone: str) -> str:
+    """An ISO instant in the task's zone (`2026-12-06 06:30:00 CET`), as the CLI's `status` shows it."""
+    if not value:
+        return ""
+    try:
+        return local_text(datetime.fromisoformat(value), ZoneInfo(zone))
+    except (KeyError, ValueError, OSError):  # a zone edited by hand
+        return "(unknown zone)"
+
+
 def _query(base: dict[str, Any], **changes: Any) -> str:
     """`?a=1&b=2`: the page's filters with `changes` (a None drops the key)."""
     merged = {**base, **changes}
@@ -52,6 +63,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["utc"] = _utc
+    env.filters["in_zone"] = _in_zone
     env.filters["safe_text"] = lambda value: safe(str(value)) if value is not None else ""
     env.filters["status_class"] = lambda status: STATUS_CLASSES.get(status or "", "muted")
     env.globals["query"] = _query
