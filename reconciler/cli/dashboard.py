@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
+from asyncio.subprocess import PIPE
 from typing import TYPE_CHECKING
 
-from reconciler.cli.console import err
+from reconciler.cli.console import err, log
 from reconciler.cli.options import DatabaseOptions
 from reconciler.cli.runtime import stop_on_signals
 from reconciler.db.embedded import database_label, resolve_dsn
@@ -19,6 +21,9 @@ if TYPE_CHECKING:
     from reconciler.web.dashboard import Dashboard
 
 DEFAULT_ADDR = "127.0.0.1:9464"
+CHILD_TOKEN_ENV = "RECONCILER_DASHBOARD_CHILD_TOKEN"  # how an engine hands its dashboard process the token
+START_SECONDS = 60.0  # a dashboard process that has not said its URL by then is given up (and tried again)
+RESTART_SECONDS = 2.0  # a process that exited is started again at most this often
 
 
 def dashboard_token(args: argparse.Namespace) -> str | None:
@@ -54,6 +59,76 @@ def make_dashboard(database: DatabaseOptions) -> Dashboard:
     return Dashboard(store, database_label(database.dsn, database.tasks_dir))
 
 
+class DashboardProcess:
+    """`reconciler dashboard` as an engine's child (web/forward.py says why): on a loopback port of the
+    kernel's choice, on the engine's database and token, started when a page is first asked for and
+    again when it exits. It stops with the engine: closed, or, should the engine be killed, when its
+    stdin (a pipe from the engine) reaches end of file. In a session of its own, so a Ctrl-C meant for
+    `up` reaches `up` alone, which then closes it."""
+
+    def __init__(self, dsn: str, token: str | None) -> None:
+        self.dsn, self.token = dsn, token
+        self.proc: asyncio.subprocess.Process | None = None
+        self.base = ""
+        self.started = -RESTART_SECONDS
+        self.lock = asyncio.Lock()
+
+    async def url(self) -> str:
+        async with self.lock:
+            if self.proc is not None and self.proc.returncode is None:
+                return self.base
+            if self.proc is not None:
+                log.warning("the dashboard's process exited (code %s); starting it again", self.proc.returncode)
+            now = asyncio.get_running_loop().time()
+            if now - self.started < RESTART_SECONDS:
+                raise RuntimeError(f"it exited within {RESTART_SECONDS:g} s of its start")
+            self.started = now
+            self.base = await self._start()
+            return self.base
+
+    async def _start(self) -> str:
+        argv = [sys.executable, "-m", "reconciler", "dashboard", "--addr", "127.0.0.1:0", "--with-parent"]
+        env = {**os.environ, "RECONCILER_DSN": self.dsn}  # not --dsn: a command line is public (ps)
+        if self.token is not None:
+            argv += ["--dashboard-token-env", CHILD_TOKEN_ENV]
+            env[CHILD_TOKEN_ENV] = self.token
+        self.proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=PIPE, stdout=PIPE, env=env, start_new_session=True
+        )
+        assert self.proc.stdout is not None
+        try:
+            line = (await asyncio.wait_for(self.proc.stdout.readline(), START_SECONDS)).decode(errors="replace")
+        except TimeoutError:
+            line = ""
+        if not line.startswith("dashboard: http://"):
+            await self.close()
+            raise RuntimeError(f"it did not start (said {line.strip()!r}; its errors are on stderr)")
+        return line.split()[1].rstrip("/")
+
+    async def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+def stop_with_parent(stop: asyncio.Event) -> None:
+    """Set `stop` when stdin reaches end of file: the parent engine that holds its other end is gone."""
+    loop = asyncio.get_running_loop()
+
+    def readable() -> None:
+        if not os.read(0, 4096):
+            loop.remove_reader(0)
+            stop.set()
+
+    loop.add_reader(0, readable)
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Serve the dashboard until SIGINT or SIGTERM."""
     from reconciler.web.app import make_app, serve
@@ -64,6 +139,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         stop = stop_on_signals()
+        if args.with_parent:
+            stop_with_parent(stop)
         app = make_app(token)
         dashboard.add_routes(app)
         try:

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reconciler.cli.console import err, log
-from reconciler.cli.dashboard import DEFAULT_ADDR, dashboard_token, make_dashboard, warn_if_open
+from reconciler.cli.dashboard import DEFAULT_ADDR, DashboardProcess, dashboard_token, warn_if_open
 from reconciler.cli.declared import need_tasks_dir
 from reconciler.cli.options import DatabaseOptions, WatchOptions, engine_config
 from reconciler.cli.runtime import stop_on_signals, store_for, with_store
 from reconciler.cli.watch import watch_files
 from reconciler.clock import utc_text, utcnow
+from reconciler.db.embedded import resolve_dsn
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
 from reconciler.engine.config import EngineConfig
@@ -31,7 +32,7 @@ from reconciler.output import text as render
 from reconciler.targets.http import Outcome
 
 if TYPE_CHECKING:
-    from reconciler.web.dashboard import Dashboard
+    from reconciler.web.forward import Forward
     from reconciler.web.metrics import Endpoint
 
 
@@ -63,7 +64,7 @@ class WebOptions:
     default, not a promise); `say` is told the dashboard's URL once it listens."""
 
     addr: str
-    dashboard: Dashboard | None = None
+    dashboard: Forward | None = None
     token: str | None = None
     fallback: bool = False
     say: Callable[[str], None] | None = None
@@ -113,9 +114,14 @@ def web_options(
     addr = args.metrics_addr or default
     if addr is None:
         return None
-    dashboard = None if args.no_dashboard else make_dashboard(DatabaseOptions.of(args))
-    fallback = args.metrics_addr is None
-    return WebOptions(addr, dashboard, dashboard_token(args), fallback, say)
+    from reconciler.web.forward import Forward
+
+    token = dashboard_token(args)
+    dashboard = None
+    if not args.no_dashboard:  # in a process of its own (web/forward.py): pages never hold up a fire
+        database = DatabaseOptions.of(args)
+        dashboard = Forward(DashboardProcess(resolve_dsn(database.dsn, database.tasks_dir)[0], token))
+    return WebOptions(addr, dashboard, token, args.metrics_addr is None, say)
 
 
 def engine_pool_size(config: EngineConfig) -> int:

@@ -106,5 +106,3 @@ def engine_config(args: Namespace, sources: tuple[str, ...]) -> EngineConfig:
         listen_dsn=args.listen_dsn or os.environ.get("RECONCILER_LISTEN_DSN") or None,
         allow_env=globs(args.allow_env),
     )
-
-

@@ -309,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dashboard = add("dashboard", "cli.dashboard:cmd_dashboard", "the read-only web UI (default 127.0.0.1:9464)")
     dashboard.add_argument("--addr", type=host_port, help="HOST:PORT to listen on (default 127.0.0.1:9464)")
+    dashboard.add_argument("--with-parent", action="store_true", help=argparse.SUPPRESS)  # an engine's child
     _token_option(dashboard)
 
     explain = add("explain", "cli.db:cmd_explain", "why a task did or did not fire around a time")

@@ -33,9 +33,18 @@ def upcoming(schedule: Schedule, after: datetime, count: int) -> list[Fire]:
 
 
 def fires_between(schedule: Schedule, start: datetime, end: datetime, limit: int) -> tuple[list[Fire], bool]:
-    """The occurrences in (start, end], at most `limit` of them, and whether more fall in that span."""
-    fires = [fire for fire in upcoming(schedule, start, limit + 1) if fire.at <= end]
-    return fires[:limit], len(fires) > limit
+    """The occurrences in (start, end], at most `limit` of them, and whether more fall in that span; it
+    stops at the first one past `end` (a daily task costs two steps, not `limit`)."""
+    fires: list[Fire] = []
+    cursor = start
+    while True:
+        fire = schedule.next_fire(cursor)
+        if fire is None or fire.at > end:
+            return fires, False
+        if len(fires) == limit:
+            return fires, True
+        fires.append(fire)
+        cursor = fire.at
 
 
 @lru_cache(maxsize=256)

@@ -14,6 +14,7 @@ import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -75,6 +76,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class Pages(Protocol):
+    """Routes served beside the engine's own: the dashboard (web/dashboard.py), or what forwards to it
+    (web/forward.py); closed with the server."""
+
+    def add_routes(self, app: web.Application) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 def make_app(token: str | None = None) -> web.Application:

@@ -33,7 +33,7 @@ from reconciler.db import queries
 from reconciler.db.queries import EngineSeenRow, HealthRow
 from reconciler.db.store import Store
 from reconciler.engine.leader import Lease
-from reconciler.web.app import Served, make_app, serve
+from reconciler.web.app import Pages, Served, make_app, serve
 
 log = logging.getLogger("reconciler.metrics")
 REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from reconciler.engine.claim import Claimed, Report
     from reconciler.engine.loop import Engine
     from reconciler.targets.http import Outcome
-    from reconciler.web.dashboard import Dashboard
 
 
 class EngineMetrics:
@@ -383,7 +382,7 @@ async def serve_metrics(
     refresh_seconds: float = REFRESH_SECONDS,
     task_limit: int = TASK_SERIES_LIMIT,
     probe_dsn: str | None = None,
-    dashboard: Dashboard | None = None,
+    dashboard: Pages | None = None,
     token: str | None = None,
 ) -> Endpoint:
     """Start the HTTP endpoint (with `dashboard`'s pages beside it, when given) and the gauge refresher;
@@ -436,7 +435,7 @@ class Endpoint:
     registry: CollectorRegistry
     metrics: EngineMetrics
     probe: Probe
-    dashboard: Dashboard | None = None
+    dashboard: Pages | None = None
 
     @property
     def url(self) -> str:
