@@ -12,8 +12,8 @@ In one run, against the benches' embedded PostgreSQL, everything on 127.0.0.1:
     that match nothing (`/?status=none`, `/runs?status=lost`, each reads every row it filters). p50 and
     p95 latency (ms) beside the bound (p95 ≤ 300 ms), and the execution time of each page's main
     query (EXPLAIN ANALYZE); the whole plan is printed for a page over the bound.
-(b) On the same database, one `reconciler engine --metrics-addr` process (the dashboard served in the
-    same process) firing TICKING 1-second tasks at the local sink (`bench/sink.py`): the fire lag p99
+(b) On the same database, one `reconciler engine --metrics-addr` process (its dashboard pages passed on
+    to the `reconciler dashboard` process it starts on the first page asked for) firing TICKING 1-second tasks at the local sink (`bench/sink.py`): the fire lag p99
     (the sink's arrival less X-Reconciler-Scheduled-For, as bench/engine.py) in rounds of
     ROUND_SECONDS without dashboard traffic and with RATE requests a second cycling `/`,
     `/tasks/<id>`, `/runs`, `/timeline` on the engine's own address (at most IN_FLIGHT at once; a
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -183,7 +182,8 @@ def start_logged(command: list[str], log_path: Path, env: dict[str, str] | None 
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
+    """SIGTERM (a drain), bounded; then SIGKILL."""
+    proc.terminate()
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
