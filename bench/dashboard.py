@@ -13,7 +13,8 @@ In one run, against the benches' embedded PostgreSQL, everything on 127.0.0.1:
     p95 latency (ms) beside the bound (p95 ≤ 300 ms), and the execution time of each page's main
     query (EXPLAIN ANALYZE); the whole plan is printed for a page over the bound.
 (b) On the same database, one `reconciler engine --metrics-addr` process (its dashboard pages passed on
-    to the `reconciler dashboard` process it starts on the first page asked for) firing TICKING 1-second tasks at the local sink (`bench/sink.py`): the fire lag p99
+    to the `reconciler dashboard` process it starts on the first page asked for) firing TICKING
+    1-second tasks at the local sink (`bench/sink.py`): the fire lag p99
     (the sink's arrival less X-Reconciler-Scheduled-For, as bench/engine.py) in rounds of
     ROUND_SECONDS without dashboard traffic and with RATE requests a second cycling `/`,
     `/tasks/<id>`, `/runs`, `/timeline` on the engine's own address (at most IN_FLIGHT at once; a

@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import psutil
 import psycopg
 import pytest
 
@@ -25,7 +26,18 @@ from reconciler.db.store import Store
 from reconciler.engine.loop import Engine
 from reconciler.web.app import Served, make_app, serve
 from reconciler.web.dashboard import Dashboard
-from tests.builders import clean_env, cli, cron, reconciler_argv, task_text, write_tasks
+from tests.builders import (
+    clean_env,
+    cli,
+    cron,
+    listening_addr,
+    reconciler_argv,
+    start_engines,
+    task_text,
+    wait_registered,
+    write_tasks,
+)
+from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, metrics_endpoint, setup
 from tests.integration.test_roles import Roles
@@ -300,6 +312,38 @@ def test_the_dashboard_command_prints_its_url_and_stops_on_sigterm(dsn: str) -> 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_an_engine_passes_its_pages_to_its_own_dashboard_process_which_dies_with_it(dsn: str, tmp_path: Path) -> None:
+    """`engine --metrics-addr`: the pages come from a child `reconciler dashboard` (started on the first page,
+    given the token), /metrics from the engine; SIGKILL the engine and the child goes too (its stdin closes)."""
+    [engine] = start_engines(
+        dsn,
+        ["e1"],
+        tmp_path,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--dashboard-token-env",
+        "DASH_TOKEN",
+        env={"DASH_TOKEN": "s3cr3t-t0ken"},
+    )
+    try:
+        wait_registered(dsn, [engine])
+        base = f"http://{listening_addr(engine)}"
+        assert httpx.get(base + "/", timeout=30).status_code == 401
+        page = httpx.get(base + "/engines?format=json", headers={"Authorization": "Bearer s3cr3t-t0ken"}, timeout=60)
+        assert page.status_code == 200 and [e["engine_id"] for e in page.json()["engines"]] == ["e1"]
+        assert httpx.get(base + "/metrics", timeout=30).status_code == 200
+        [child] = psutil.Process(engine.proc.pid).children()
+        assert "dashboard" in child.cmdline() and "s3cr3t-t0ken" not in " ".join(child.cmdline())
+        engine.proc.kill()
+        engine.proc.wait(timeout=30)
+        assert wait_until(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, 30)
+    finally:
+        if engine.proc.poll() is None:
+            engine.proc.kill()
+            engine.proc.wait()
+    assert "Traceback" not in engine.output()
 
 
 def test_a_token_variable_that_is_not_set_is_one_line(dsn: str) -> None:
