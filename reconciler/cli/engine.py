@@ -197,7 +197,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
 
         def show_url(url: str) -> None:
-            print(f"reconciler up: dashboard on {url}/ (and /metrics)", flush=True)
+            shown = f"/metrics on {url}/metrics" if args.no_dashboard else f"dashboard on {url}/ (and /metrics)"
+            print(f"reconciler up: {shown}", flush=True)
 
         watcher = asyncio.create_task(watch_files(store, watching, stop))
         watcher.add_done_callback(lambda task: stop_if_failed(task, stop))
