@@ -19,7 +19,6 @@ from reconciler.cli.options import DatabaseOptions, WatchOptions, engine_config
 from reconciler.cli.runtime import stop_on_signals, store_for, with_store
 from reconciler.cli.watch import watch_files
 from reconciler.clock import utc_text, utcnow
-from reconciler.db.embedded import resolve_dsn
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
 from reconciler.engine.config import EngineConfig
@@ -108,9 +107,9 @@ async def run_engine(store: Store, web: WebOptions | None, stop: asyncio.Event, 
 
 
 def web_options(
-    args: argparse.Namespace, default: str | None = None, say: Callable[[str], None] | None = None
+    args: argparse.Namespace, dsn: str, default: str | None = None, say: Callable[[str], None] | None = None
 ) -> WebOptions | None:
-    """--metrics-addr (else `default`) with the dashboard of the command's database, unless --no-dashboard."""
+    """--metrics-addr (else `default`) with the dashboard of the engine's database `dsn`, unless --no-dashboard."""
     addr = args.metrics_addr or default
     if addr is None:
         return None
@@ -119,8 +118,7 @@ def web_options(
     token = dashboard_token(args)
     dashboard = None
     if not args.no_dashboard:  # in a process of its own (web/forward.py): pages never hold up a fire
-        database = DatabaseOptions.of(args)
-        dashboard = Forward(DashboardProcess(resolve_dsn(database.dsn, database.tasks_dir)[0], token))
+        dashboard = Forward(DashboardProcess(dsn, token))
     return WebOptions(addr, dashboard, token, args.metrics_addr is None, say)
 
 
@@ -136,7 +134,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
         store = store_for(database, engine_pool_size(config))
         engine = Engine(store, config)
         try:
-            await run_engine(store, web_options(args), stop_on_signals(engine), engine)
+            await run_engine(store, web_options(args, store.dsn), stop_on_signals(engine), engine)
         finally:
             await store.close()
         return EXIT_OK
@@ -203,7 +201,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         watcher = asyncio.create_task(watch_files(store, watching, stop))
         watcher.add_done_callback(lambda task: stop_if_failed(task, stop))
         try:
-            await run_engine(store, web_options(args, DEFAULT_ADDR, show_url), stop, engine)
+            await run_engine(store, web_options(args, store.dsn, DEFAULT_ADDR, show_url), stop, engine)
         finally:
             stop.set()
             (failure,) = await asyncio.gather(watcher, return_exceptions=True)

@@ -66,20 +66,21 @@ class SpecFacts:
 
 
 class SpecCache:
-    """Stored specs parsed once each (by their text), the newest SPEC_CACHE kept."""
+    """Stored specs parsed once each (by task and text: a problem names its task), the newest SPEC_CACHE kept."""
 
     def __init__(self) -> None:
-        self.facts: OrderedDict[str, SpecFacts] = OrderedDict()
+        self.facts: OrderedDict[tuple[str, str], SpecFacts] = OrderedDict()
 
     def get(self, task_id: str, spec_text: str) -> SpecFacts:
-        found = self.facts.get(spec_text)
+        key = (task_id, spec_text)
+        found = self.facts.get(key)
         if found is None:
             found = self._parse(task_id, spec_text)
-            self.facts[spec_text] = found
+            self.facts[key] = found
             if len(self.facts) > SPEC_CACHE:
                 self.facts.popitem(last=False)
         else:
-            self.facts.move_to_end(spec_text)
+            self.facts.move_to_end(key)
         return found
 
     @staticmethod

@@ -3,9 +3,9 @@
 Rendering a page is CPU work, and an engine's event loop must keep firing on time: in the same
 process, ten page views a second took a whole core from it (the GIL is one, threads or not), and
 its fire lag p99 more than doubled (docs/performance.md, "Dashboard"). So `engine --metrics-addr`
-and `up` run `reconciler dashboard` as a child process on a loopback port and pass each dashboard
-request on to it; /metrics and the probes stay in the engine. Passing one on costs a copy of its
-bytes, nothing else.
+and `up` run `reconciler dashboard` as a child process on a loopback port, started on the first page
+asked for, and pass each dashboard request on to it; /metrics and the probes stay in the engine.
+Passing one on costs a copy of its bytes.
 """
 
 from __future__ import annotations

@@ -12,12 +12,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
-from zoneinfo import ZoneInfo
 
 import jinja2
 
-from reconciler.clock import local_text, utc_text
+from reconciler.clock import utc_text
 from reconciler.output.text import safe
+from reconciler.output.views import local
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -41,10 +41,7 @@ def _in_zone(value: str | None, zone: str) -> str:
     """An ISO instant in the task's zone (`2026-12-06 06:30:00 CET`), as the CLI's `status` shows it."""
     if not value:
         return ""
-    try:
-        return local_text(datetime.fromisoformat(value), ZoneInfo(zone))
-    except (KeyError, ValueError, OSError):  # a zone edited by hand
-        return "(unknown zone)"
+    return local(datetime.fromisoformat(value), zone) or ""  # `status`'s own rendering, unknown zone included
 
 
 def _query(base: dict[str, Any], **changes: Any) -> str:
