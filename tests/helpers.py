@@ -16,7 +16,7 @@ import psycopg
 from reconciler.files.tasks import load_dir
 from reconciler.schedule.base import Schedule
 from reconciler.schedule.preview import upcoming
-from reconciler.schedule.triggers import compile_schedule
+from reconciler.schedule.triggers import Calendars, compile_schedule
 from reconciler.spec.task import TaskSpec
 
 TARGET = {"url": "http://127.0.0.1:9/hook"}
@@ -27,8 +27,10 @@ def spec(zone: str, trigger: dict[str, Any], **policy: Any) -> TaskSpec:
     return TaskSpec.model_validate({"timezone": zone, "trigger": trigger, "target": TARGET, "policy": policy})
 
 
-def schedule(zone: str, trigger: dict[str, Any], **policy: Any) -> Schedule:
-    return compile_schedule(spec(zone, trigger, **policy))
+def schedule(
+    zone: str, trigger: dict[str, Any], calendars: Calendars | None = None, **policy: Any
+) -> Schedule:
+    return compile_schedule(spec(zone, trigger, **policy), calendars)
 
 
 def fires_iso(zone: str, trigger: dict[str, Any], after: str, count: int, **policy: Any) -> list[str]:

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +24,11 @@ from reconciler.cli.runtime import with_files
 from reconciler.clock import utcnow
 from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UserError
 from reconciler.files.environment import policy_errors, unset_errors
-from reconciler.files.tasks import LoadResult, fire_warnings
+from reconciler.files.tasks import LoadResult, Task, fire_warnings
 from reconciler.output import text as render
 from reconciler.reconcile.revision import Revision, detect, dirty_verdict, under_ci, working_tree
-from reconciler.schedule.preview import upcoming
+from reconciler.schedule.excluded import excluded_between
+from reconciler.schedule.preview import A_YEAR, upcoming
 from reconciler.spec.environment import EnvPolicy, globs
 
 if TYPE_CHECKING:
@@ -74,9 +76,19 @@ def cmd_next(args: argparse.Namespace) -> int:
         raise UserError(f"unknown task id(s): {', '.join(unknown)}; see `reconciler validate` for the ids")
     after = parse_instant(args.after, "--after") if args.after else utcnow()
     chosen = [by_id[i] for i in args.ids] if args.ids else result.tasks
-    rows = [(task, upcoming(task.schedule, after, args.count)) for task in chosen]
+    rows = [shown_next(task, after, args.count) for task in chosen]
     print(render.next_json(rows) if output.format == "json" else render.next_text(rows))
     return EXIT_OK
+
+
+def shown_next(task: Task, after: datetime, count: int) -> render.NextRow:
+    """A task's next `count` occurrences after `after`, and what its calendars take away in that span (up to the
+    last one shown; a year when there is none)."""
+    fires = upcoming(task.schedule, after, count)
+    if task.spec.calendars is None:
+        return task, fires, []
+    until = fires[-1].at if len(fires) == count and fires else after + A_YEAR
+    return task, fires, excluded_between(task.schedule, after, until)
 
 
 def show_plan(plan: Plan, output: OutputOptions) -> str:

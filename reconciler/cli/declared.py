@@ -1,4 +1,5 @@
-"""The declared files as the commands read them: tasks.d and notifiers.d, loaded, with every error reported."""
+"""The declared files as the commands read them: tasks.d, notifiers.d and calendars.d, loaded, with every error
+reported, and the tasks bound to the calendars they name."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 from reconciler.cli.console import err
 from reconciler.cli.options import FilesOptions
 from reconciler.errors import UserError
+from reconciler.files.calendar_refs import bind_all, calendar_errors
+from reconciler.files.calendars import Calendars, load_calendars
 from reconciler.files.notifiers import Notifiers, load_notifiers
 from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import LoadResult, load_dir
@@ -21,17 +24,33 @@ def load_or_report(files: FilesOptions, loaded: LoadResult | None = None) -> Loa
     result.errors = [*result.errors, *notifiers.errors]
     if loaded is None:
         result.errors += subscription_errors(result.tasks, {}, notifiers)
+    with_calendars(result, files)
     for error in result.errors:
         err(str(error))
     if result.errors:
-        err(f"{len(result.errors)} error(s) in {read_dirs(files, notifiers)}; nothing was changed")
+        err(f"{len(result.errors)} error(s) in {read_dirs(files, notifiers, result.calendars)}; nothing was changed")
         return None
     return result
 
 
-def read_dirs(files: FilesOptions, notifiers: Notifiers | None) -> str:
-    """`tasks.d`, or `tasks.d and notifiers.d` when there is one: what a command read."""
-    return f"{files.tasks_dir} and {notifiers.root}" if notifiers is not None and notifiers.present else files.tasks_dir
+def with_calendars(result: LoadResult, files: FilesOptions) -> None:
+    """calendars.d loaded into `result`, with its errors and those of the calendars the tasks name; when there
+    are none, the tasks bound to their calendars (their schedules are then the engines')."""
+    result.calendars = calendars = calendar_files(files)
+    result.errors += [*calendars.errors, *calendar_errors(result.tasks, calendars)]
+    if not result.errors:
+        result.tasks = bind_all(result.tasks, calendars)
+
+
+def read_dirs(files: FilesOptions, notifiers: Notifiers | None, calendars: Calendars | None = None) -> str:
+    """`tasks.d`, and `notifiers.d` / `calendars.d` when they are there: what a command read."""
+    dirs = [files.tasks_dir, *(kind.root for kind in (notifiers, calendars) if kind is not None and kind.present)]
+    return " and ".join(dirs) if len(dirs) < 3 else f"{', '.join(dirs[:-1])} and {dirs[-1]}"
+
+
+def calendar_files(files: FilesOptions) -> Calendars:
+    """--calendars-dir (default calendars.d beside --tasks-dir), loaded; none when it does not exist."""
+    return load_calendars(Path(files.calendars_dir), files.calendars_dir, files.calendars_required)
 
 
 def notifier_files(files: FilesOptions) -> Notifiers:

@@ -21,16 +21,25 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FilesOptions:
-    """The declared files a command reads (tasks.d and notifiers.d) and the source they belong to."""
+    """The declared files a command reads (tasks.d, notifiers.d, calendars.d) and the source they belong to."""
 
     tasks_dir: str
     notifiers_dir: str
     notifiers_required: bool = False  # named on the command line: it must be there; the default one is optional
     source: str = "default"
+    calendars_dir: str = "calendars.d"
+    calendars_required: bool = False
 
     @classmethod
     def of(cls, args: Namespace) -> FilesOptions:
-        return cls(args.tasks_dir, args.notifiers_dir, args.notifiers_required, args.source)
+        return cls(
+            args.tasks_dir,
+            args.notifiers_dir,
+            args.notifiers_required,
+            args.source,
+            args.calendars_dir,
+            args.calendars_required,
+        )
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,11 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         help="notifier files directory (default notifiers.d beside the tasks directory)",
     )
     parser.add_argument(
+        "--calendars-dir",
+        default=default(None),
+        help="calendar files directory (default calendars.d beside the tasks directory)",
+    )
+    parser.add_argument(
         "--dsn", default=default(None), help="PostgreSQL DSN (else RECONCILER_DSN, DATABASE_URL, embedded)"
     )
     parser.add_argument(
@@ -324,7 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
         db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
 
     schema = add("schema", "cli.schema:cmd_schema", "print the JSON Schema of task files (for editors and CI)")
-    schema.add_argument("--kind", choices=["task", "notifier"], default="task", help="the kind of file (default task)")
+    schema.add_argument(
+        "--kind", choices=["task", "notifier", "calendar"], default="task", help="the kind of file (default task)"
+    )
     completion = add("completion", "cli.completion:cmd_completion", "print a shell completion script")
     completion.add_argument("shell", metavar="SHELL", help="bash, zsh or fish")
     return parser
@@ -371,6 +378,7 @@ def resolve(handler: str) -> Handler:
 PATH_OPTIONS = {
     "--tasks-dir": "tasks_dir",
     "--notifiers-dir": "notifiers_dir",
+    "--calendars-dir": "calendars_dir",
     "--out": "out",
     "--out-dir": "out_dir",
     "PLANFILE": "planfile",
@@ -389,6 +397,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
     args.notifiers_required = bool(args.notifiers_dir)  # named: it must be there; the default one is optional
     args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")
+    args.calendars_required = bool(args.calendars_dir)
+    args.calendars_dir = args.calendars_dir or beside(args.tasks_dir, "calendars.d")
     return args
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli.console import err
-from reconciler.cli.declared import declared_dirs, need_tasks_dir, notifier_files
+from reconciler.cli.declared import declared_dirs, need_tasks_dir, notifier_files, with_calendars
 from reconciler.cli.options import DatabaseOptions, FilesOptions, WatchOptions
 from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
@@ -35,7 +35,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 async def apply_files(store: Store, options: WatchOptions) -> None:
-    """One apply of the task and notifier files for watch/up: errors are reported and nothing is applied."""
+    """One apply of the task, notifier and calendar files for watch/up: errors are reported and nothing is applied."""
     from reconciler.output import planview
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
     from reconciler.reconcile.audit import Operator
@@ -47,6 +47,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
         loaded = await load_files(store, Path(files.tasks_dir), files.tasks_dir)
         loaded.notifiers = notifier_files(files)
         loaded.errors += loaded.notifiers.errors
+        with_calendars(loaded, files)
         if loaded.errors:
             for error in loaded.errors:
                 err(str(error))

@@ -69,7 +69,6 @@ class DirFiles(Generic[ItemT]):
         return items, errors
 
 
-
 def read_dir(
     kind: Kind[ItemT],
     directory: Path,

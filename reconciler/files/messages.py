@@ -58,7 +58,8 @@ def allowed_keys(model: Any) -> Keys:
 
 
 def _names(model: type[BaseModel]) -> list[str]:
-    return sorted(info.alias or name for name, info in model.model_fields.items())
+    """The keys a file may write: every field but those the reconciler sets itself (`exclude`)."""
+    return sorted(info.alias or name for name, info in model.model_fields.items() if not info.exclude)
 
 
 def _models(annotation: Any) -> Iterator[type[BaseModel]]:

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import TypeAdapter, ValidationError
 
+from reconciler.files.calendars import Calendars
 from reconciler.files.directory import DirFiles, read_dir
 from reconciler.files.kinds import Declared, ErrorAt, Kind, check_data, validate
 from reconciler.files.notifiers import Notifiers
@@ -21,9 +22,13 @@ from reconciler.files.text import BOM
 from reconciler.schedule.base import Schedule, TriggerError
 from reconciler.schedule.preview import never_fires
 from reconciler.schedule.triggers import compile_schedule, trigger_instants
-from reconciler.spec.task import TaskSpec
+from reconciler.spec.task import TaskSpec, calendars_named
 from reconciler.spec.trigger import Trigger
 from reconciler.spec.values import zone_problem
+
+NOT_A_KEY = (
+    "unknown key; a task names its calendars with trigger.business_days and policy.blackouts (files of calendars.d)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,27 @@ class Task(Declared):
         """A stable hash of the normalized spec (a stand-in's is its row's: its file is not parsed)."""
         return self.stored.spec_hash if self.stored is not None else super().spec_hash
 
+    @property
+    def calendars(self) -> dict[str, dict[str, Any]] | None:
+        """The calendars bound to the task (see bind), as apply stores them; None when it names none."""
+        return self.spec.calendars if self.stored is None else None
+
+    def bind(self, calendars: Mapping[str, dict[str, Any]]) -> Task:
+        """The task with the calendars it names taken from `calendars` (the valid ones of calendars.d), so that
+        its schedule is the one the engines will compute. A stand-in names none (see tasks_unchanged)."""
+        if self.stored is not None:
+            return self
+        business, blackouts = calendars_named(self.normalized)
+        names = [name for name in (business, *blackouts) if name is not None]
+        if not names:
+            return self
+        bound = self.spec.model_copy(update={"calendars": {n: calendars[n] for n in names if n in calendars}})
+        try:
+            schedule = compile_schedule(bound)
+        except TriggerError:  # a calendar missing or of the wrong kind: reported by calendar_errors
+            return self
+        return Task(self.id, self.path, self.source, (bound, schedule), digest=self.digest)
+
 
 @dataclass
 class LoadResult:
@@ -103,6 +129,7 @@ class LoadResult:
     tasks: list[Task]
     errors: list[FileError]
     notifiers: Notifiers | None = None  # notifiers.d, when the command reads it (see commands.load_or_report)
+    calendars: Calendars | None = None  # calendars.d, likewise
 
     @property
     def ok(self) -> bool:
@@ -122,6 +149,12 @@ class TaskKind(Kind[Task]):
 
     def absent(self, root: str, directory: Path, required: bool) -> list[FileError]:
         return [FileError(root, 0, self.option, f"directory not found; create it or pass {self.option}")]
+
+    def prepare(self, data: dict[str, Any], error: ErrorAt) -> tuple[dict[str, Any], list[FileError]]:
+        if "calendars" not in data:  # the model's field the reconciler binds (TaskSpec.calendars)
+            return data, []
+        refused = error(("calendars",), NOT_A_KEY)
+        return {key: value for key, value in data.items() if key != "calendars"}, [refused]
 
     def finish(
         self,

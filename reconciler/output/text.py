@@ -14,11 +14,12 @@ from datetime import datetime
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
-from reconciler.clock import utc_iso, utc_text
+from reconciler.clock import utc_iso, utc_text, when_text
 from reconciler.files.tasks import Task
 from reconciler.reconcile.revision import short
 from reconciler.schedule.base import Fire
 from reconciler.schedule.describe import describe_trigger, fire_line
+from reconciler.schedule.excluded import Excluded
 from reconciler.spec.task import TaskSpec
 
 # A due task is claimed within a second or two while an engine runs; this much later means none is claiming it.
@@ -28,29 +29,46 @@ OVERDUE_SECONDS = 60
 # ---------------------------------------------------------------- instants
 
 
-def next_text(rows: list[tuple[Task, list[Fire]]]) -> str:
+NextRow = tuple[Task, list[Fire], list[Excluded]]
+
+
+def next_text(rows: list[NextRow]) -> str:
     out: list[str] = []
-    for task, fires in rows:
+    for task, fires, excluded in rows:
         zone = ZoneInfo(task.spec.timezone)
         state = "" if task.spec.enabled else "  (disabled)"
         out.append(f"{task.id}  — {describe_trigger(task.spec)}{state}")
         if not fires:
             out.append("  no further occurrences")
         out.extend(f"  {fire_line(fire, zone)}" for fire in fires)
+        out.extend(f"  {line}" for line in excluded_lines(excluded, zone))
     return "\n".join(out)
 
 
-def next_item(task_id: str, spec: TaskSpec, fires: list[Fire]) -> dict[str, Any]:
-    """One task of `next --format json`: its fire times in its zone, and the DST notes."""
-    return {
+def excluded_lines(excluded: list[Excluded], zone: ZoneInfo) -> list[str]:
+    """`excluded: 2025-09-01 09:00:00 EDT (2025-09-01 13:00:00 UTC)  holiday: Labor Day (us)`, one per occurrence."""
+    return [safe(f"excluded: {when_text(item.at, zone)}  {item.reason}") for item in excluded]
+
+
+def next_item(
+    task_id: str, spec: TaskSpec, fires: list[Fire], excluded: list[Excluded] | None = None
+) -> dict[str, Any]:
+    """One task of `next --format json`: its fire times in its zone, the DST notes, and (a task that names
+    calendars) the occurrences its calendars take away in the span shown, with the reasons."""
+    zone = ZoneInfo(spec.timezone)
+    item: dict[str, Any] = {
         "id": task_id,
-        "fire_times": [f.at.astimezone(ZoneInfo(spec.timezone)).isoformat() for f in fires],
+        "fire_times": [f.at.astimezone(zone).isoformat() for f in fires],
         "dst": [f"{utc_iso(f.at)}: {f.note}" for f in fires if f.note],
     }
+    if spec.calendars is not None:
+        item["calendar"] = [f"{utc_iso(f.at)}: {f.rule}" for f in fires if f.rule]
+        item["excluded"] = [{"at": e.at.astimezone(zone).isoformat(), "reason": e.reason} for e in excluded or []]
+    return item
 
 
-def next_json(rows: list[tuple[Task, list[Fire]]]) -> str:
-    return json.dumps([next_item(task.id, task.spec, fires) for task, fires in rows], indent=2)
+def next_json(rows: list[NextRow]) -> str:
+    return json.dumps([next_item(task.id, task.spec, fires, excluded) for task, fires, excluded in rows], indent=2)
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -32,10 +32,12 @@ Gap = Literal["shift", "skip"]
 
 @dataclass(frozen=True, slots=True)
 class Fire:
-    """One occurrence: the instant (UTC) and, when a DST rule moved or chose it, why."""
+    """One occurrence: the instant (UTC) and, when a DST rule moved or chose it, why (`note`); when a calendar
+    put it there (a run deferred to the end of a blackout), why (`rule`)."""
 
     at: datetime
     note: str | None = None
+    rule: str | None = None
 
 
 class Schedule(Protocol):

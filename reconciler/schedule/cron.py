@@ -60,10 +60,12 @@ def default_overlap(spec: TaskSpec) -> Overlap:
     """
     if spec.policy.dst_overlap is not None:
         return spec.policy.dst_overlap
-    trigger = spec.trigger
-    if isinstance(trigger, CronTrigger) and (trigger.fields[1] in ("*", "*/1") or trigger.fields[0].startswith("*")):
-        return "both"
-    return "first"
+    return cron_overlap(spec.trigger.fields) if isinstance(spec.trigger, CronTrigger) else "first"
+
+
+def cron_overlap(fields: list[str]) -> Overlap:
+    """The default DST overlap rule of a cron's fields (see default_overlap): both passes when it is frequent."""
+    return "both" if fields[1] in ("*", "*/1") or fields[0].startswith("*") else "first"
 
 
 def matches_every_year(spec: TaskSpec) -> bool:
@@ -76,6 +78,8 @@ def matches_every_year(spec: TaskSpec) -> bool:
     trigger = spec.trigger
     if not isinstance(trigger, CronTrigger) or spec.policy.dst_gap != "shift":
         return False
+    if trigger.business_days is not None or spec.policy.blackouts:
+        return False  # a calendar can take every day the cron names
     _, _, day, _, weekday = CRON_MACROS.get(trigger.expr.lower(), trigger.expr).split()
     if any(mark in (day + weekday).upper() for mark in "LW#?"):
         return False

@@ -14,10 +14,36 @@ _INTERVAL_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 
 
 
 def describe_trigger(spec: TaskSpec) -> str:
-    """A plain-English description of a task's schedule (24-hour clock, intervals in words)."""
+    """A plain-English description of a task's schedule (24-hour clock, intervals in words), with its
+    business days and blackouts."""
+    words = _trigger_words(spec)
+    trigger, policy = spec.trigger, spec.policy
+    if trigger.kind in ("cron", "calendar") and trigger.business_days is not None:
+        move = trigger.on_non_business_day or "skip"
+        moved = "" if move == "skip" else f", else on the {move} business day"
+        words += f", on business days of {trigger.business_days}{moved}"
+    if policy.blackouts:
+        names = ", ".join(policy.blackouts)
+        words += f", not during blackout {names}" + ("; deferred to its end" if policy.on_blackout == "defer" else "")
+    return words
+
+
+def _nth(day: int) -> str:
+    if day == -1:
+        return "last"
+    number = abs(day)
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}" + (" last" if day < 0 else "")
+
+
+def _trigger_words(spec: TaskSpec) -> str:
     trigger = spec.trigger
     if trigger.kind == "cron":
         return f"{cron_words(' '.join(trigger.fields), trigger.expr)} ({spec.timezone})"
+    if trigger.kind == "business_day":
+        times = ", ".join(t.strftime("%H:%M") for t in trigger.times)
+        calendar = trigger.business_days
+        return f"at {times} on the {_nth(trigger.day)} business day of {calendar} of each month ({spec.timezone})"
     if trigger.kind == "interval":
         return f"{interval_words(trigger.period_seconds)} (elapsed time)"
     if trigger.kind == "calendar":
@@ -58,6 +84,7 @@ def interval_words(seconds: int) -> str:
 
 
 def fire_line(fire: Fire, zone: ZoneInfo) -> str:
-    """`2026-12-03 02:30:00 CET (2026-12-03 01:30:00 UTC)  [DST: …]`."""
+    """`2026-12-03 02:30:00 CET (2026-12-03 01:30:00 UTC)  [DST: …]` (and `[deferred: …]`)."""
     text = when_text(fire.at, zone)
-    return f"{text}  [DST: {fire.note}]" if fire.note else text
+    text = f"{text}  [DST: {fire.note}]" if fire.note else text
+    return f"{text}  [{fire.rule}]" if fire.rule else text

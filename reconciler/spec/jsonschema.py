@@ -17,6 +17,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from reconciler.errors import UserError
+from reconciler.spec.calendar import WEEKDAYS, CalendarFile, LocalDate, Weekday
 from reconciler.spec.notifier import NotifierFile
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import MAX_CLOCK_TIMES, MAX_TEXT, ClockTimes, EnvRef, SecretRef, StrOrEnv, When
@@ -46,6 +47,13 @@ KINDS: dict[str, Kind] = {
         "One TOML file in notifiers.d/: where a task's events are sent (kind webhook or slack). Checks keys, "
         "types and ranges; `reconciler validate` checks the rest (URLs, secrets, the tasks' subscriptions).",
     ),
+    "calendar": Kind(
+        CalendarFile,
+        "reconciler calendar file",
+        "One TOML file in calendars.d/: business days (kind business_days) or blackout windows (kind blackout) "
+        "that tasks name. Checks keys, types and ranges; `reconciler validate` checks the rest (countries and "
+        "subdivisions of the holidays package, cron expressions, time zones, DST).",
+    ),
 }
 
 _CLOCK = r"^\s*([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]+)?)?\s*$"
@@ -72,6 +80,14 @@ def _when(_: GenerateJsonSchema) -> JsonSchemaValue:
     }
 
 
+def _local_date(_: GenerateJsonSchema) -> JsonSchemaValue:
+    return {"description": "a TOML local date, e.g. 2026-12-24", "type": "string", "format": "date"}
+
+
+def _weekday(_: GenerateJsonSchema) -> JsonSchemaValue:
+    return {"description": "a weekday", "type": "string", "enum": list(WEEKDAYS)}
+
+
 def _clock_times(_: GenerateJsonSchema) -> JsonSchemaValue:
     clock = {"type": "string", "pattern": _CLOCK}
     return {
@@ -93,6 +109,8 @@ PLAIN_INPUTS: dict[Callable[..., Any], Callable[[GenerateJsonSchema], JsonSchema
     _plain_validator(SecretRef): _env_ref,
     _plain_validator(When): _when,
     _plain_validator(ClockTimes): _clock_times,
+    _plain_validator(LocalDate): _local_date,
+    _plain_validator(Weekday): _weekday,
 }
 
 
@@ -129,5 +147,3 @@ def file_schema(kind: str) -> dict[str, Any]:
 def render(kind: str) -> str:
     """The schema as committed under `schema/`: indented JSON, one final newline."""
     return json.dumps(file_schema(kind), indent=2, ensure_ascii=False) + "\n"
-
-

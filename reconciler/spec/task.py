@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from reconciler.spec.backoff import backoff_total
 from reconciler.spec.model import Model
 from reconciler.spec.target import Target
 from reconciler.spec.trigger import Trigger
-from reconciler.spec.values import DAY, ID_SEGMENT, MAX_NAME, MAX_TEXT, id_problem, text_rule, zone_problem
+from reconciler.spec.values import (
+    DAY,
+    ID_SEGMENT,
+    MAX_NAME,
+    MAX_TEXT,
+    CalendarName,
+    id_problem,
+    text_rule,
+    zone_problem,
+)
 
 # Input bounds (docs/files.md, "Input bounds"), as spec.values says.
 MAX_MISFIRE_GRACE_SECONDS = 366 * DAY
@@ -23,6 +34,8 @@ MAX_RETRY_WAIT_SECONDS = DAY  # all backoffs of one run together: a killed engin
 MAX_KEEP_RUNS = 1_000_000  # the retention query casts it to int4
 MAX_DESCRIPTION = 4096
 MAX_LABELS, MAX_LABEL_KEY, MAX_LABEL_VALUE = 64, 63, 256
+MAX_BLACKOUTS = 20  # blackout calendars one task names
+NEEDS_BLACKOUTS = 'on_blackout needs blackouts = ["NAME"] (files of calendars.d)'
 
 LabelKey = Annotated[str, Field(min_length=1), text_rule(MAX_LABEL_KEY)]
 LabelValue = Annotated[str, text_rule(MAX_LABEL_VALUE)]
@@ -38,13 +51,19 @@ class Policy(Model):
     dst_gap: Literal["shift", "skip"] = "shift"
     dst_overlap: Literal["first", "last", "both"] | None = None
     keep_runs: int | None = Field(default=None, ge=1, le=MAX_KEEP_RUNS)
+    # Absent from the stored spec when not given (older specs keep their hash); None: no blackouts, skip.
+    blackouts: Annotated[list[CalendarName], Field(min_length=1, max_length=MAX_BLACKOUTS)] | None = None
+    on_blackout: Literal["skip", "defer"] | None = None
 
     @property
     def backoff_total(self) -> float:
         """Every backoff wait of one run together: `retry_backoff_seconds × (2^retries − 1)`."""
         return backoff_total(self.retries, self.retry_backoff_seconds)
 
-    cross_checks = ((("retries", "retry_backoff_seconds"), lambda v: _retry_wait_problem(**v)),)
+    cross_checks = (
+        (("retries", "retry_backoff_seconds"), lambda v: _retry_wait_problem(**v)),
+        (("blackouts", "on_blackout"), lambda v: NEEDS_BLACKOUTS if v["on_blackout"] and not v["blackouts"] else None),
+    )
 
 
 def _retry_wait_problem(retries: int, retry_backoff_seconds: float) -> str | None:
@@ -101,6 +120,10 @@ class TaskSpec(Model):
     target: Target
     policy: Policy = Field(default_factory=Policy)
     notify: Notify | None = None  # absent from the stored spec when not given (older specs keep their hash)
+    # The calendars the task names, as applied ({name: stored calendar}): bound by the reconciler (from
+    # calendars.d, or the task row's `calendars` column), never written in a file (TaskKind.prepare
+    # refuses the key), never part of the stored spec or its hash.
+    calendars: SkipJsonSchema[dict[str, dict[str, Any]] | None] = Field(default=None, exclude=True)
 
     @field_validator("timezone")
     @classmethod
@@ -122,3 +145,13 @@ class TaskSpec(Model):
     def normalized(self) -> dict[str, Any]:
         """The canonical JSON form stored in `scheduler.tasks.spec` (defaults filled in)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def calendars_named(spec: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+    """A normalized task spec's calendars: its trigger's business days (or None) and its policy's blackouts
+    (a stored spec edited by hand into something else names none it cannot)."""
+    trigger, policy = spec.get("trigger"), spec.get("policy")
+    business = trigger.get("business_days") if isinstance(trigger, dict) else None
+    blackouts = policy.get("blackouts") if isinstance(policy, dict) else None
+    named = [name for name in blackouts if isinstance(name, str)] if isinstance(blackouts, list) else []
+    return (business if isinstance(business, str) else None), named

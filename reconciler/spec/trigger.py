@@ -1,4 +1,5 @@
-"""Trigger models of a task file (`[trigger]`: cron, interval, calendar, once) and their own checks."""
+"""Trigger models of a task file (`[trigger]`: cron, interval, calendar, business_day, once) and their own
+checks."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, time
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from reconciler.spec.model import Model, did_you_mean, suggestion
-from reconciler.spec.values import DAY, ClockTimes, When, WhenValue
+from reconciler.spec.model import CrossCheck, Model, did_you_mean, suggestion
+from reconciler.spec.values import DAY, CalendarName, ClockTimes, When, WhenValue
 
 CRON_MACROS = {
     "@hourly": "0 * * * *",
@@ -37,7 +38,26 @@ class Window(Model):
     end_at: When | None = None
 
 
-class CronTrigger(Window):
+OnNonBusinessDay = Literal["skip", "next", "previous"]
+NEEDS_BUSINESS_DAYS = 'on_non_business_day needs business_days = "NAME" (a file of calendars.d)'
+
+
+class BusinessDays(Window):
+    """What the wall-clock kinds (cron, calendar) share: occurrences on days that are not business days of
+    the calendar `business_days` are skipped, or moved to the next or previous business day."""
+
+    business_days: CalendarName | None = None
+    on_non_business_day: OnNonBusinessDay | None = None  # None: skip (absent from the stored spec)
+
+    cross_checks: ClassVar[tuple[CrossCheck, ...]] = (
+        (
+            ("business_days", "on_non_business_day"),
+            lambda v: NEEDS_BUSINESS_DAYS if v["on_non_business_day"] and not v["business_days"] else None,
+        ),
+    )
+
+
+class CronTrigger(BusinessDays):
     kind: Literal["cron"]
     expr: str = Field(max_length=MAX_CRON)
 
@@ -244,7 +264,7 @@ def parse_every(text: str) -> int | None:
     return seconds if isinstance(seconds, int) else None
 
 
-class CalendarTrigger(Window):
+class CalendarTrigger(BusinessDays):
     kind: Literal["calendar"]
     every: int = Field(default=1, gt=0, le=MAX_CALENDAR_EVERY)
     unit: Literal["days", "weeks", "months", "years"]
@@ -260,11 +280,39 @@ class CalendarTrigger(Window):
             raise ValueError("the calendar anchor is a date: write start_at = YYYY-MM-DD, times go in `at`")
         return value
 
-    cross_checks = ((("start_at",), lambda v: NEEDS_ANCHOR if v["start_at"] is None else None),)
+    cross_checks: ClassVar[tuple[CrossCheck, ...]] = (
+        *BusinessDays.cross_checks,
+        (("start_at",), lambda v: NEEDS_ANCHOR if v["start_at"] is None else None),
+    )
 
     @property
     def times(self) -> list[time]:
         """The wall-clock times of day, sorted, without duplicates."""
+        return list(self.at)
+
+
+MAX_BUSINESS_DAY = 23  # no month has more business days than weekdays (at most 23)
+
+
+def _nth(value: int) -> int:
+    if value == 0 or abs(value) > MAX_BUSINESS_DAY:
+        raise ValueError(
+            f"day = {value} is out of range: 1..{MAX_BUSINESS_DAY} counts business days from the start of the "
+            f"month, -1..-{MAX_BUSINESS_DAY} from its end (-1 is the last)"
+        )
+    return value
+
+
+class BusinessDayTrigger(Window):
+    """The Nth business day of each month (from the end when negative), at wall-clock times."""
+
+    kind: Literal["business_day"]
+    business_days: CalendarName
+    day: Annotated[int, AfterValidator(_nth)]
+    at: ClockTimes
+
+    @property
+    def times(self) -> list[time]:
         return list(self.at)
 
 
@@ -273,4 +321,6 @@ class OnceTrigger(Model):
     at: When
 
 
-Trigger = Annotated[CronTrigger | IntervalTrigger | CalendarTrigger | OnceTrigger, Field(discriminator="kind")]
+Trigger = Annotated[
+    CronTrigger | IntervalTrigger | CalendarTrigger | BusinessDayTrigger | OnceTrigger, Field(discriminator="kind")
+]

@@ -183,6 +183,18 @@ def closest_zone(name: str) -> str | None:
     return found
 
 
+def _calendar_name(value: str) -> str:
+    if not ID_SEGMENT.fullmatch(value):
+        raise ValueError(
+            f"{value[:MAX_NAME]!r} is not a calendar name: the file name of calendars.d/NAME.toml, "
+            "matching [a-z0-9][a-z0-9_.-]{0,62}"
+        )
+    return value
+
+
+CalendarName = Annotated[str, AfterValidator(_calendar_name)]
+
+
 def id_problem(task_id: str) -> str | None:
     """Why `task_id` is not a valid task id, or None."""
     for segment in task_id.split("/"):

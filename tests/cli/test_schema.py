@@ -193,3 +193,36 @@ def test_notifier_files_pass_the_notifier_schema_as_validate_says(text: str, ok:
         timeout=120,
     )
     assert (done.returncode == 0) == ok, done.stdout + done.stderr
+
+
+CALENDAR_SCHEMA = ROOT / "schema" / "calendar.schema.json"
+BUSINESS = 'kind = "business_days"\nweekend = ["fri", "sat"]\nholidays = { country = "US", subdivision = "NY" }\n'
+FREEZE = 'kind = "blackout"\ntimezone = "Europe/Berlin"\n[[window]]\ncron = "0 22 * * 5"\nduration = "56h"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (BUSINESS, True),
+        (BUSINESS + "extra_holidays = [2026-12-24]\nextra_workdays = [2026-11-28]\n", True),
+        (FREEZE, True),
+        (FREEZE + "[[window]]\nfrom = 2026-12-20T00:00:00\nuntil = 2027-01-04T00:00:00\n", True),
+        (BUSINESS.replace('"fri"', '"friday"'), False),  # weekday names are mon..sun
+        (BUSINESS + 'colour = "red"\n', False),
+        (FREEZE.replace("[[window]]", "[[windows]]"), False),
+        ('kind = "holiday"\n', False),
+    ],
+)
+def test_calendar_files_pass_the_calendar_schema_as_validate_says(text: str, ok: bool, tmp_path: Path) -> None:
+    from reconciler.files.calendars import CALENDARS
+    from reconciler.files.kinds import validate
+
+    assert (validate(CALENDARS, "c", "c.toml", text)[0] is not None) == ok
+    data = tomllib.loads(text)
+    done = subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--schemafile", str(CALENDAR_SCHEMA), str(as_json(data, tmp_path / "c.json"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr

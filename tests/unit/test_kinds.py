@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
+from reconciler.files.calendars import CALENDARS
 from reconciler.files.directory import read_dir
 from reconciler.files.kinds import Declared, Kind, spec_hash, validate
 from reconciler.files.notifiers import NOTIFIERS
@@ -123,13 +124,21 @@ def test_a_new_kind_is_digested_and_diffed_like_notifiers() -> None:
 
 
 def test_the_registry_lists_every_kind_in_the_order_apply_writes_them() -> None:
-    assert KINDS == (NOTIFIERS, TASKS)  # a task's [notify] names notifiers: they are written first
-    assert [kind.directory for kind in KINDS] == ["notifiers.d", "tasks.d"]
+    # a task's [notify] names notifiers, its trigger and policy name calendars: they are written first
+    assert KINDS == (CALENDARS, NOTIFIERS, TASKS)
+    assert [kind.directory for kind in KINDS] == ["calendars.d", "notifiers.d", "tasks.d"]
 
 
 def test_the_allowed_keys_are_read_from_the_models() -> None:
     allowed = TASKS.keys.allowed
-    assert allowed[("trigger", "cron")] == ["end_at", "expr", "kind", "start_at"]
+    assert allowed[("trigger", "cron")] == [
+        "business_days",
+        "end_at",
+        "expr",
+        "kind",
+        "on_non_business_day",
+        "start_at",
+    ]
     assert allowed[("target", "auth", "bearer")] == ["kind", "token"]
     assert ("target", "headers") not in allowed  # a value, not a table of keys
     assert NOTIFIERS.keys.root_tags == ("webhook", "slack")

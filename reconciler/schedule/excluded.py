@@ -1,0 +1,57 @@
+"""Occurrences a task's calendars take away, with the reason (SPEC §6): the trigger's occurrences on days that
+are not business days, and those in a blackout. Excluded occurrences are not runs; `next`, `explain`, the plan
+and the dashboard list them so that nobody has to wonder where a run went.
+
+No I/O and no clock: every function takes the span it reasons about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from reconciler.schedule.base import Schedule
+from reconciler.schedule.blackout import WithBlackouts
+from reconciler.schedule.business import OnBusinessDays
+from reconciler.schedule.preview import fires_between
+
+MAX_EXCLUDED = 100  # listed per task and span
+
+
+@dataclass(frozen=True, order=True)
+class Excluded:
+    """An occurrence the calendars took away (or moved): when the trigger had it, and why."""
+
+    at: datetime
+    reason: str
+
+
+MOVED = {"next": "moved to the next business day", "previous": "moved to the previous business day"}
+
+
+def excluded_between(schedule: Schedule, after: datetime, until: datetime, limit: int = MAX_EXCLUDED) -> list[Excluded]:
+    """The trigger's occurrences in (after, until] that do not fire as such, oldest first, at most `limit`:
+    on a day that is not a business day (`holiday: Labor Day (us)`, `weekend (us)`; moved ones say where
+    to) and in a blackout (`blackout: year-end-freeze`)."""
+    found: list[Excluded] = []
+    blackouts = schedule if isinstance(schedule, WithBlackouts) else None
+    days = blackouts.inner if blackouts is not None else schedule
+    if isinstance(days, OnBusinessDays):
+        for fire in fires_between(days.inner, after, until, limit)[0]:
+            reason = days.days.reason(fire.at.astimezone(days.zone).date())
+            if reason is not None:
+                found.append(Excluded(fire.at, f"{reason}; {MOVED[days.move]}" if days.move in MOVED else reason))
+    if blackouts is not None:
+        for fire in fires_between(days, after, until, limit)[0]:
+            span = blackouts.blackouts.span(fire.at)
+            if span is not None:
+                found.append(Excluded(fire.at, f"blackout: {span.name}"))
+    return sorted(found)[:limit]
+
+
+def blackout_now(schedule: Schedule, at: datetime) -> str | None:
+    """The blackout holding `at` (`year-end-freeze until 2027-01-04T00:00:00+00:00`), or None."""
+    if not isinstance(schedule, WithBlackouts):
+        return None
+    span = schedule.blackouts.span(at)
+    return None if span is None else f"{span.name} until {span.end.isoformat()}"
