@@ -27,9 +27,7 @@ def spec(zone: str, trigger: dict[str, Any], **policy: Any) -> TaskSpec:
     return TaskSpec.model_validate({"timezone": zone, "trigger": trigger, "target": TARGET, "policy": policy})
 
 
-def schedule(
-    zone: str, trigger: dict[str, Any], calendars: Calendars | None = None, **policy: Any
-) -> Schedule:
+def schedule(zone: str, trigger: dict[str, Any], calendars: Calendars | None = None, **policy: Any) -> Schedule:
     return compile_schedule(spec(zone, trigger, **policy), calendars)
 
 

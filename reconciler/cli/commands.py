@@ -142,7 +142,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     options = verdict_options(VerdictOptions.of(args), files)
 
     async def work(store: Store, loaded: LoadResult) -> Plan:
-        return await read_plan(store, loaded.tasks, files.source, utcnow(), options, loaded.notifiers)
+        return await read_plan(store, loaded.tasks, files.source, utcnow(), options, loaded.notifiers, loaded.calendars)
 
     plan = with_files(files, DatabaseOptions.of(args), work)
     if plan is None:
@@ -193,7 +193,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     async def work(store: Store, loaded: LoadResult) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
         options = replace(verdict_options(verdict, files, saved, apply=True, revision=args.revision), operator=operator)
-        result = await apply_tasks(store, loaded.tasks, files.source, None, options, loaded.notifiers)
+        result = await apply_tasks(store, loaded.tasks, files.source, None, options, loaded.notifiers, loaded.calendars)
         print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK

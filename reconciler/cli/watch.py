@@ -58,7 +58,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
         dirty = bool(working_tree(Path(files.tasks_dir), declared_dirs(files)).changed)
         revision = detect(Path(files.tasks_dir), None, dirty=dirty)
         verdict = ApplyOptions(prune=options.prune, revision=revision, operator=Operator.resolve(options.actor, None))
-        result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers)
+        result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers, loaded.calendars)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return

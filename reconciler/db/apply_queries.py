@@ -99,6 +99,29 @@ async def applies_insert(
     return applied
 
 
+class StoredCalendarRow(TypedDict):
+    source: str
+    name: str
+    spec: dict[str, Any]
+    spec_hash: str
+
+
+async def calendars_all(conn: Conn) -> list[StoredCalendarRow]:
+    """Every stored calendar, as rows for CalendarRow.from_row."""
+    return cast(list[StoredCalendarRow], await Store.fetch(conn, "calendars_all"))
+
+
+async def calendar_upsert(
+    conn: Conn, *, source: str, name: str, spec: str, spec_hash: str, holidays_version: str | None
+) -> int:
+    params = {"source": source, "name": name, "spec": spec, "spec_hash": spec_hash}
+    return await Store.execute(conn, "calendar_upsert", {**params, "holidays_version": holidays_version})
+
+
+async def calendar_delete(conn: Conn, *, source: str, name: str) -> int:
+    return await Store.execute(conn, "calendar_delete", {"source": source, "name": name})
+
+
 async def notifiers_all(conn: Conn) -> list[StoredNotifierRow]:
     """Every stored notifier, as rows for NotifierRow.from_row."""
     return cast(list[StoredNotifierRow], await Store.fetch(conn, "notifiers_all"))

@@ -33,6 +33,7 @@ class TaskGetRow(TaskColumns):
     created_at: datetime
     updated_at: datetime
     revision: str | None
+    calendars: dict[str, dict[str, Any]] | None  # the calendars it names, as applied (None: none)
 
 
 class RunRow(TypedDict):

@@ -12,6 +12,8 @@ from reconciler.db.store import Conn, Store
 class DashboardTaskRow(StatusRow):
     """A task of the task list: status_rows' columns, and more of its newest run and its history."""
 
+    run_spec_text: str  # the spec with its calendars bound: what its schedule is computed from
+
     last_http_status: int | None
     last_kind: str | None
     last_late_seconds: float | None  # its newest run's start less its scheduled time

@@ -8,6 +8,12 @@
 -- An engine's sources (`engine --source`), `column` being a task's or a notification's source; none: every source.
 (cardinality(%(sources)s::text[]) = 0 OR {column} = ANY(%(sources)s::text[]))
 
+-- fragment: run_spec(task)
+-- What an engine compiles a task from (`task` the alias of its tasks row): the stored spec, with the calendars
+-- it names bound (TaskSpec.calendars) when it names any. Hashed, it keys the engine's cache of compiled specs.
+(CASE WHEN {task}.calendars IS NULL THEN {task}.spec::text
+      ELSE ({task}.spec || jsonb_build_object('calendars', {task}.calendars))::text END)
+
 -- fragment: max_running_instances(task)
 -- A task's max_running_instances from its stored spec (`task` the alias of its tasks row): 1 unless a number,
 -- at most 1,000,000 (a hand edit may store anything).
@@ -64,9 +70,25 @@ SELECT pg_advisory_xact_lock(%(key)s);
 -- name: tasks_all
 -- xmin changes with every write to a row, ours or anyone's: it is the row's version for saved plans.
 -- spec comes as text and is parsed only for rows that changed; tampered compares the digest apply wrote.
+-- calendars is read from the whole row: a plan (which never writes) may read a database an older reconciler
+-- made, without the column.
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
-       CASE WHEN spec_digest IS NULL THEN NULL ELSE md5(spec::text) <> spec_digest END AS tampered
-  FROM scheduler.tasks ORDER BY id;
+       CASE WHEN spec_digest IS NULL THEN NULL ELSE md5(spec::text) <> spec_digest END AS tampered,
+       to_jsonb(t) -> 'calendars' AS calendars
+  FROM scheduler.tasks t ORDER BY id;
+
+-- name: calendars_all
+SELECT source, name, spec, spec_hash FROM scheduler.calendars ORDER BY source, name;
+
+-- name: calendar_upsert
+INSERT INTO scheduler.calendars (source, name, spec, spec_hash, holidays_version)
+VALUES (%(source)s, %(name)s, %(spec)s::jsonb, %(spec_hash)s, %(holidays_version)s)
+ON CONFLICT (source, name) DO UPDATE
+   SET spec = EXCLUDED.spec, spec_hash = EXCLUDED.spec_hash, holidays_version = EXCLUDED.holidays_version,
+       updated_at = now();
+
+-- name: calendar_delete
+DELETE FROM scheduler.calendars WHERE source = %(source)s AND name = %(name)s;
 
 -- name: notifiers_all
 SELECT source, name, spec, spec_hash FROM scheduler.notifiers ORDER BY source, name;
@@ -90,26 +112,26 @@ UPDATE scheduler.notifications
 
 -- name: task_insert
 INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
-                             created_at, updated_at, revision, file_digest)
+                             created_at, updated_at, revision, file_digest, calendars)
 VALUES (%(id)s, %(source)s, %(spec)s::jsonb, %(spec_hash)s, md5((%(spec)s)::jsonb::text), %(enabled)s, %(timezone)s,
         %(next_run_at)s, %(now)s, %(now)s, %(revision)s,
-        md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text));
+        md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text), %(calendars)s::jsonb);
 
 -- name: tasks_new_table
 -- Many creates (a first apply) go by COPY into this table, then one INSERT … SELECT (tasks_insert_new).
 CREATE TEMPORARY TABLE tasks_new (id text, source text, spec jsonb, spec_hash text, enabled boolean, timezone text,
-                                  next_run_at timestamptz, revision text, digest text) ON COMMIT DROP;
+                                  next_run_at timestamptz, revision text, digest text, calendars jsonb) ON COMMIT DROP;
 
 -- name: tasks_new_copy
-COPY tasks_new (id, source, spec, spec_hash, enabled, timezone, next_run_at, revision, digest) FROM STDIN;
+COPY tasks_new (id, source, spec, spec_hash, enabled, timezone, next_run_at, revision, digest, calendars) FROM STDIN;
 
 -- name: tasks_insert_new
 -- No ON CONFLICT: the plan saw none of these ids under the apply lock, so a conflict is a row
 -- written outside reconciler meanwhile, and fails the apply as task_insert does.
 INSERT INTO scheduler.tasks (id, source, spec, spec_hash, spec_digest, enabled, timezone, next_run_at,
-                             created_at, updated_at, revision, file_digest)
+                             created_at, updated_at, revision, file_digest, calendars)
 SELECT id, source, spec, spec_hash, md5(spec::text), enabled, timezone, next_run_at, %(now)s, %(now)s, revision,
-       md5(digest || spec_hash || spec::text)
+       md5(digest || spec_hash || spec::text), calendars
   FROM tasks_new;
 
 -- name: task_update
@@ -120,7 +142,7 @@ UPDATE scheduler.tasks
        enabled = %(enabled)s, timezone = %(timezone)s,
        next_run_at = CASE WHEN %(keep_next)s THEN next_run_at ELSE %(next_run_at)s::timestamptz END,
        updated_at = %(now)s, revision = %(revision)s,
-       file_digest = md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text)
+       file_digest = md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text), calendars = %(calendars)s::jsonb
  WHERE id = %(old_id)s;
 
 -- name: tasks_lock
@@ -142,7 +164,9 @@ SELECT t.id, f.digest, t.spec_hash, (t.spec ->> 'enabled')::boolean AS enabled, 
        t.spec ->> 'moved_from' AS moved_from
   FROM jsonb_each_text(%(digests)s) AS f(id, digest)
   JOIN scheduler.tasks t ON t.id = f.id
- WHERE t.file_digest = md5(f.digest || t.spec_hash || t.spec::text);
+ WHERE t.file_digest = md5(f.digest || t.spec_hash || t.spec::text)
+   -- A task that names calendars is always parsed: its calendars are bound from calendars.d (see Task.bind).
+   AND jsonb_typeof(to_jsonb(t) -> 'calendars') IS DISTINCT FROM 'object';
 
 -- name: tasks_seal
 -- Rows an apply found equal to their file but without its digest (written by an older reconciler,
@@ -246,7 +270,7 @@ SELECT COALESCE(%(now)s::timestamptz, now()) AS now;
 -- The claim: due rows (by the database's clock), oldest first, skipping rows another replica holds.
 -- %(sources)s scopes an engine (`engine --source`); empty: every source. A paused task is claimed too,
 -- with its pause (NULLs when none): the claim records its due occurrences skipped and advances it.
-SELECT t.id, hashtextextended(t.spec::text, 0) AS spec_key, t.next_run_at,
+SELECT t.id, hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.next_run_at,
        p.paused_by, p.reason AS paused_reason, p.paused_until
   FROM scheduler.tasks t LEFT JOIN scheduler.pauses p ON p.task_id = t.id
  WHERE t.enabled AND t.next_run_at <= COALESCE(%(now)s::timestamptz, now())
@@ -257,21 +281,22 @@ SELECT t.id, hashtextextended(t.spec::text, 0) AS spec_key, t.next_run_at,
 
 -- name: tasks_due_before
 -- The engine validates the specs of soon-due tasks while it waits (see Claimer.warm).
-SELECT id, hashtextextended(spec::text, 0) AS spec_key FROM scheduler.tasks
+SELECT id, hashtextextended({{run_spec(t)}}, 0) AS spec_key FROM scheduler.tasks t
  WHERE enabled AND next_run_at <= %(until)s
    AND {{of_sources(source)}}
  ORDER BY next_run_at
  LIMIT %(limit)s;
 
 -- name: tasks_specs
-SELECT id, spec::text AS spec_text, hashtextextended(spec::text, 0) AS spec_key FROM scheduler.tasks WHERE id = ANY(%(ids)b::text[]);
+SELECT id, {{run_spec(t)}} AS spec_text, hashtextextended({{run_spec(t)}}, 0) AS spec_key
+  FROM scheduler.tasks t WHERE id = ANY(%(ids)b::text[]);
 
 -- name: claim_queued
 -- Manual runs queued by `reconciler trigger`, oldest first, only as many of a task as it has
 -- free slots (max_running_instances less its live leases): a run that must wait stays queued
 -- and does not take a place in the batch. The claim counts the slots again under the task's
 -- lock; this is the cheap first cut.
-SELECT r.id AS run_id, r.task_id, r.scheduled_for, t.spec::text AS spec_text, hashtextextended(t.spec::text, 0) AS spec_key
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, {{run_spec(t)}} AS spec_text, hashtextextended({{run_spec(t)}}, 0) AS spec_key
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE r.id IN (
         SELECT q.id FROM (
@@ -367,8 +392,8 @@ UPDATE scheduler.runs
 -- of (%(known)s: those it is firing or holds results of): a claim whose COMMIT went through while
 -- the connection died before the answer came back. Never fired: the engine fires only what a claim
 -- it saw commit returned. With the seconds left on each lease.
-SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, t.spec::text AS spec_text,
-       hashtextextended(t.spec::text, 0) AS spec_key,
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
+       hashtextextended({{run_spec(t)}}, 0) AS spec_key,
        extract(epoch FROM l.expires_at - now())::float8 AS lease_left
   FROM scheduler.run_leases l
   JOIN scheduler.runs r ON r.id = l.run_id
@@ -420,8 +445,8 @@ SELECT min(next_run_at) AS next_run_at, COALESCE(%(now)s::timestamptz, now()) AS
 
 -- name: task_get
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
-       NULL::boolean AS tampered, created_at, updated_at, revision
-  FROM scheduler.tasks WHERE id = %(id)s;
+       NULL::boolean AS tampered, created_at, updated_at, revision, to_jsonb(t) -> 'calendars' AS calendars
+  FROM scheduler.tasks t WHERE id = %(id)s;
 
 -- name: run_queue_manual
 INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at)
@@ -720,7 +745,7 @@ SELECT task_id, paused_at, paused_by, reason, paused_until
 -- The tasks an operator command names: by id, or every task of a source; with each one's pause (in
 -- force or not: NULLs when none) and the database's clock. Locked, so that a claim holding one commits
 -- first and a resume's "from now" comes after it.
-SELECT t.id, t.source, t.spec::text AS spec_text, t.enabled, t.next_run_at,
+SELECT t.id, t.source, {{run_spec(t)}} AS spec_text, t.enabled, t.next_run_at,
        p.paused_at, p.paused_by, p.reason AS paused_reason, p.paused_until,
        p.task_id IS NOT NULL AND (p.paused_until IS NULL OR p.paused_until > clock_timestamp()) AS in_force
   FROM scheduler.tasks t LEFT JOIN scheduler.pauses p ON p.task_id = t.id
@@ -771,6 +796,7 @@ SELECT name FROM unnest(%(names)s::text[]) AS name
 SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
        t.xmin::text AS version,
        CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
+       {{run_spec(t)}} AS run_spec_text,
        r.status AS last_status, r.scheduled_for AS last_scheduled_for, r.finished_at AS last_finished_at,
        r.http_status AS last_http_status, r.kind AS last_kind,
        EXTRACT(EPOCH FROM r.started_at - r.scheduled_for)::float8 AS last_late_seconds,
@@ -805,7 +831,7 @@ SELECT count(*) AS tasks, count(*) FILTER (WHERE enabled) AS enabled,
 
 -- name: dashboard_timeline_tasks
 -- The timeline: a page of enabled tasks after %(after)s by id (their schedules are expanded in Python).
-SELECT id, source, spec::text AS spec_text, timezone FROM scheduler.tasks
+SELECT id, source, {{run_spec(t)}} AS spec_text, timezone FROM scheduler.tasks t
  WHERE enabled AND (%(after)s::text IS NULL OR id > %(after)s)
    AND (%(source)s::text IS NULL OR source = %(source)s)
  ORDER BY id

@@ -219,6 +219,7 @@ class TaskRow:
     next_run_at: datetime | None
     version: str = ""
     tampered: bool | None = None  # None: no digest to compare (row not written by apply)
+    calendars: dict[str, Any] | None = None  # the calendars the task names, as applied (see Task.bind)
 
     @cached_property
     def spec(self) -> dict[str, Any]:
@@ -228,7 +229,7 @@ class TaskRow:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TaskRow:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row})
 
 
 class Store:

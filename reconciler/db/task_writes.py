@@ -11,7 +11,7 @@ from reconciler.db.store import Conn, Store
 # From this many creates on (a first apply), they go by COPY into a temporary table and one
 # INSERT … SELECT: 1.5× faster than batched inserts at 10,000 rows here (issue 13's anchor: 1.3–1.8×).
 COPY_CREATES = 50
-COPIED = ("id", "source", "spec", "spec_hash", "enabled", "timezone", "next_run_at", "revision", "digest")
+COPIED = ("id", "source", "spec", "spec_hash", "enabled", "timezone", "next_run_at", "revision", "digest", "calendars")
 
 
 class TaskValues(TypedDict):
@@ -20,6 +20,7 @@ class TaskValues(TypedDict):
     id: str
     spec: str  # canonical JSON text, made once for spec_hash: PostgreSQL reads it as jsonb
     spec_hash: str
+    calendars: str | None  # JSON text of the calendars the task names, as bound (Task.bind); None: it names none
     enabled: bool
     timezone: str
     next_run_at: datetime | None

@@ -20,6 +20,7 @@ from reconciler.reconcile.plan import FORMAT_VERSION, Change, Plan
 from reconciler.spec.task import Policy
 
 if TYPE_CHECKING:
+    from reconciler.reconcile.calendars import CalendarChange
     from reconciler.reconcile.notifiers import NotifierChange
 from reconciler.output.text import pause_line, safe
 
@@ -111,6 +112,53 @@ def _notifier_blocks(plan: Plan, marks: dict[str, str]) -> list[str]:
     return [line for change in plan.notifiers for line in notifier_lines(change, marks)]
 
 
+def calendar_summary(spec: dict[str, Any]) -> str:
+    """`business days: weekend sat, sun; 138 holidays of US-NY 2025–2036; 1 extra holiday` or `blackout: 2
+    window(s) in Europe/Berlin`."""
+    if spec.get("kind") == "blackout":
+        return f"blackout: {len(spec.get('window', []))} window(s) in {spec.get('timezone', 'UTC')}"
+    parts = [f"weekend {', '.join(spec.get('weekend', [])) or 'none'}"]
+    source, resolved = spec.get("holidays"), spec.get("resolved", {})
+    if isinstance(source, dict):
+        region = "-".join(str(source[key]) for key in ("country", "subdivision") if key in source)
+        first, last = resolved.get("years", ["?", "?"])
+        observed = "" if source.get("observed", True) else ", not observed"
+        parts.append(f"{len(resolved.get('holidays', {}))} holidays of {region} {first}–{last}{observed}")
+    parts += [
+        f"{len(spec[key])} {key.replace('_', ' ')}" for key in ("extra_holidays", "extra_workdays") if spec.get(key)
+    ]
+    return "business days: " + "; ".join(parts)
+
+
+HOLIDAY_PATH = "resolved.holidays."
+
+
+def calendar_lines(change: CalendarChange, marks: dict[str, str]) -> list[str]:
+    """One calendar change: its head, then each changed key (holiday dates as `+ holiday DATE NAME` or
+    `- holiday …`), or what it is (created or deleted)."""
+    mark = marks[change.op]
+    lines = [f"{mark} calendar {change.name}"]
+    for f in change.fields:
+        if f.path.startswith(HOLIDAY_PATH):
+            day = f.path.removeprefix(HOLIDAY_PATH)
+            if f.old is None:
+                lines.append(f"{mark}     + holiday {day} {f.new}")
+            elif f.new is None:
+                lines.append(f"{mark}     - holiday {day} {f.old}")
+            else:
+                lines.append(f"{mark}     ~ holiday {day}: {f.old} → {f.new}")
+        else:
+            lines.append(f"{mark}     {f.path}: {_value(f.path, f.old)} → {_value(f.path, f.new)}")
+    spec = change.after if change.op != "delete" else change.before
+    if spec is not None and change.op != "update":
+        lines.append(f"{mark}     {calendar_summary(spec)}")
+    return [safe(line) for line in lines]
+
+
+def _calendar_blocks(plan: Plan, marks: dict[str, str]) -> list[str]:
+    return [line for change in plan.calendars for line in calendar_lines(change, marks)]
+
+
 def _details(change: Change, zone: ZoneInfo) -> list[str]:
     """Lines about a change other than its field diffs: what it calls, when it fires, warnings."""
     lines: list[str] = []
@@ -167,6 +215,10 @@ def summary_line(plan: Plan) -> str:
         ops = [change.op for change in plan.notifiers]
         counts = ", ".join(f"{ops.count(op)} to {op}" for op in ("create", "update", "delete"))
         text += f"; notifiers: {counts}"
+    if plan.calendars:  # likewise
+        ops = [change.op for change in plan.calendars]
+        counts = ", ".join(f"{ops.count(op)} to {op}" for op in ("create", "update", "delete"))
+        text += f"; calendars: {counts}"
     return text + "."
 
 
@@ -200,6 +252,7 @@ def plan_text(plan: Plan, colour: bool = False) -> str:
             code = COLOURS.get(_kind(change), "0")
             block[0] = f"\x1b[{code}m{block[0]}\x1b[0m"
         out.extend(block)
+    out += _calendar_blocks(plan, SYMBOLS)
     out += _notifier_blocks(plan, SYMBOLS)
     out += [f"\x1b[34m{line}\x1b[0m" if colour else line for line in map(pause_line, plan.paused)]
     if not plan.has_changes:
@@ -328,6 +381,14 @@ def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
     if plan.warnings:
         head += ["⚠️ **Warnings:**", "", fence(_capped(plan.warnings), "text"), ""]
     head += [*_summary_table(plan), ""]
+    if plan.calendars:
+        retimed = sum(1 for c in plan.changes if any(f.path.startswith("calendars.") for f in c.fields))
+        head += [
+            f"**Calendars: {len(plan.calendars)} change(s)**, retiming {retimed} task(s)",
+            "",
+            fence(_capped(_calendar_blocks(plan, DIFF_MARKS)), "diff"),
+            "",
+        ]
     if plan.notifiers:
         head += [
             f"**Notifiers: {len(plan.notifiers)} change(s)**",
@@ -344,7 +405,7 @@ def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
             "",
         ]
     changes = shown(plan)
-    if not changes and not plan.notifiers:
+    if not changes and not plan.notifiers and not plan.calendars:
         head += ["No changes. The database matches the task files.", ""]
     tail = ["<sub>" + " · ".join(md_text(item) for item in _footer(plan)) + "</sub>"]
     used = sum(len(line) + 1 for line in head + tail)
@@ -433,6 +494,16 @@ def plan_dict(plan: Plan) -> dict[str, object]:
                 "after": _masked(n.after),
             }
             for n in plan.notifiers
+        ]
+    if plan.calendars:  # likewise
+        out["calendars"] = [
+            {
+                "op": c.op,
+                "name": c.name,
+                "fields": [{"path": f.path, "old": f.old, "new": f.new} for f in c.fields],
+                "summary": calendar_summary(c.after or c.before or {}),
+            }
+            for c in plan.calendars
         ]
     return out
 

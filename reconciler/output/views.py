@@ -169,7 +169,7 @@ async def explain_lines(conn: Conn, task_id: str, asked: datetime | None) -> lis
     if not found:
         raise UserError(f"task {task_id!r} is not in the database; apply its file first (`reconciler plan` shows it)")
     row = found[0]
-    spec = stored_spec(task_id, row["spec_text"])
+    spec = stored_spec(task_id, row["spec_text"]).model_copy(update={"calendars": row["calendars"]})
     try:
         shown = occurrences_around(compile_schedule(spec), at)
     except ValueError as exc:  # a TriggerError

@@ -18,13 +18,15 @@ from reconciler.db import apply_queries, operator_queries
 from reconciler.db.store import Conn, Store, TaskRow
 from reconciler.db.task_writes import TaskValues, TaskWrites
 from reconciler.errors import UserError
+from reconciler.files.calendars import Calendars
 from reconciler.files.notifiers import Notifiers
 from reconciler.files.tasks import LoadResult, Stored, Task, read_files
 from reconciler.notify.events import stateful
 from reconciler.reconcile import revision
 from reconciler.reconcile.audit import Operator, record, whoami
+from reconciler.reconcile.calendars import calendar_rows, write_calendars
 from reconciler.reconcile.notifiers import notifier_rows, write_notifiers
-from reconciler.reconcile.plan import Change, Plan, attach_notifiers, make_plan
+from reconciler.reconcile.plan import Change, Plan, attach_calendars, attach_notifiers, make_plan
 from reconciler.reconcile.revision import LiveRevision, Revision
 
 NOTIFY_IDS_CAP = 100
@@ -103,6 +105,7 @@ def _values(task: Task, next_run_at: datetime | None) -> TaskValues:
         id=task.id,
         spec=task.canonical,
         spec_hash=task.spec_hash,
+        calendars=json.dumps(task.calendars, sort_keys=True) if task.calendars is not None else None,
         enabled=task.enabled,
         timezone=task.timezone,
         next_run_at=next_run_at,
@@ -212,6 +215,7 @@ async def apply_tasks(
     now: datetime | None = None,
     options: ApplyOptions = ApplyOptions(),
     notifiers: Notifiers | None = None,
+    calendars: Calendars | None = None,
 ) -> ApplyResult:
     """Plan against the locked current state and write the diff in one transaction (the source's
     notifiers too, unless `notifiers` is None: then they are left as they are).
@@ -224,6 +228,8 @@ async def apply_tasks(
         plan = make_plan(tasks, rows, source, now or await database_now(conn), prune=options.prune)
         if notifiers is not None:
             attach_notifiers(plan, notifiers, await notifier_rows(conn), tasks, rows)
+        if calendars is not None:
+            attach_calendars(plan, calendars, await calendar_rows(conn))
         judge(plan, rows, await live_revision(conn, source), options)
         plan.paused = await paused_of(conn, rows, source)
         if plan.refused:
@@ -238,6 +244,7 @@ async def apply_tasks(
             now = await database_now(conn)
             for change in writes:
                 change.preview_from = now if change.preview_from else None
+        await write_calendars(conn, plan.calendars, source)
         await write_notifiers(conn, plan.notifiers, source)
         await write_changes(conn, writes, source, now, options.revision.revision)
         if resets := state_resets(writes):
@@ -251,7 +258,7 @@ async def apply_tasks(
             ids = [c.id for c in writes]
             payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
             await Store.notify(conn, json.dumps(payload))
-    return ApplyResult(plan, len(writes) + len(plan.notifiers))
+    return ApplyResult(plan, len(writes) + len(plan.notifiers) + len(plan.calendars))
 
 
 async def paused_of(conn: Conn, rows: list[TaskRow], source: str) -> list[operator_queries.PauseRow]:
@@ -287,6 +294,8 @@ async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision, ope
     details["plan_digest"] = plan.digest
     if plan.notifiers:
         details["notifiers"] = {n.name: n.op for n in plan.notifiers}
+    if plan.calendars:
+        details["calendars"] = {c.name: c.op for c in plan.calendars}
     await record(conn, operator, "apply", plan.source, list(changes), details)
 
 
@@ -315,6 +324,7 @@ async def read_plan(
     now: datetime,
     options: ApplyOptions = ApplyOptions(),
     notifiers: Notifiers | None = None,
+    calendars: Calendars | None = None,
 ) -> Plan:
     """A read-only plan with apply's verdict: no lock, no DDL, no rows written.
 
@@ -326,11 +336,14 @@ async def read_plan(
         rows = await Store.tasks(conn) if "tasks" in tables else []
         live = await live_revision(conn, source) if "applies" in tables else None
         stored = await notifier_rows(conn) if "notifiers" in tables else []
+        stored_calendars = await calendar_rows(conn) if "calendars" in tables else []
         paused = await paused_of(conn, rows, source) if "pauses" in tables else []
     plan = make_plan(tasks, rows, source, now, prune=options.prune)
     plan.paused = paused
     if notifiers is not None:
         attach_notifiers(plan, notifiers, stored, tasks, rows)
+    if calendars is not None:
+        attach_calendars(plan, calendars, stored_calendars)
     plan = judge(plan, rows, live, options)
     if "tasks" not in tables:
         plan.schema_missing = True

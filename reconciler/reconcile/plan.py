@@ -11,11 +11,13 @@ from typing import Any
 
 from reconciler.db.operator_queries import PauseRow
 from reconciler.db.store import TaskRow
+from reconciler.files.calendars import Calendars
 from reconciler.files.kinds import spec_hash
 from reconciler.files.notifiers import Notifiers
 from reconciler.files.problems import FileError
 from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import Task
+from reconciler.reconcile.calendars import CalendarChange, CalendarRow, calendar_fields, diff_calendars
 from reconciler.reconcile.diff import FieldDiff, Op, diff_fields
 from reconciler.reconcile.notifiers import NotifierChange, NotifierRow, diff_notifiers
 from reconciler.reconcile.revision import LiveRevision
@@ -23,7 +25,15 @@ from reconciler.schedule.preview import dst_warnings, never_fires, upcoming
 
 FORMAT_VERSION = 2
 # Keys whose change moves the schedule: next_run_at is recomputed from now.
-RETIMING = ("trigger", "timezone", "policy.dst_gap", "policy.dst_overlap")
+RETIMING = (
+    "trigger",
+    "timezone",
+    "policy.dst_gap",
+    "policy.dst_overlap",
+    "policy.blackouts",
+    "policy.on_blackout",
+    "calendars",  # a calendar the task names changed (see calendar_fields)
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,7 @@ class Plan:
     live: LiveRevision | None = None
     schema_missing: bool = False
     notifiers: list[NotifierChange] = field(default_factory=list)  # see attach_notifiers
+    calendars: list[CalendarChange] = field(default_factory=list)  # see attach_calendars
     # The source's tasks paused at runtime (`reconciler pause`): shown, never changed by an apply.
     paused: list[PauseRow] = field(default_factory=list)
 
@@ -103,7 +114,7 @@ class Plan:
 
     @property
     def has_changes(self) -> bool:
-        return any(c.writes for c in self.changes) or bool(self.notifiers)
+        return any(c.writes for c in self.changes) or bool(self.notifiers) or bool(self.calendars)
 
     @property
     def digest(self) -> str:
@@ -117,6 +128,10 @@ class Plan:
         if self.notifiers:  # absent otherwise: a plan without notifier changes keeps its digest
             described.append(
                 [[n.op, n.name, n.after, [[f.path, f.old, f.new] for f in n.fields]] for n in self.notifiers]
+            )
+        if self.calendars:  # likewise
+            described.append(
+                [[c.op, c.name, c.after, [[f.path, f.old, f.new] for f in c.fields]] for c in self.calendars]
             )
         text = json.dumps(described, sort_keys=True, default=str, ensure_ascii=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
@@ -163,6 +178,7 @@ def _unchanged(row: TaskRow, task: Task) -> bool:
         and row.spec_hash == task.spec_hash
         and row.enabled == task.enabled
         and row.timezone == task.timezone
+        and row.calendars == task.calendars
     )
 
 
@@ -218,6 +234,7 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
             continue
         # After a finished move, moved_from is a leftover pointer, not content: dropping it changes nothing.
         fields = [f for f in diff_fields(row.spec, task.normalized) if old_id or f.path != "moved_from"]
+        fields += calendar_fields(row.calendars, task.calendars)
         drift = is_drifted(row)
         retime = _retimes(fields) or (not row.enabled and task.enabled)
         op: Op = "move" if old_id else ("update" if fields or drift else "noop")
@@ -232,6 +249,18 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
                 changes.append(Change("delete", row.id, row=row, drift=is_drifted(row)))
     changes.sort(key=lambda c: c.id)
     return Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune)
+
+
+def attach_calendars(plan: Plan, calendars: Calendars, stored: list[CalendarRow]) -> Plan:
+    """Add the calendar changes to `plan`, and the calendar rows to its state fingerprint (a saved plan is stale
+    once they change). The tasks a calendar change retimes are in the plan's changes already (make_plan)."""
+    plan.calendars = diff_calendars(calendars.by_name, stored, plan.source)
+    if stored:
+        digest = hashlib.sha256(plan.state_fingerprint.encode())
+        for row in sorted(stored, key=lambda r: (r.source, r.name)):
+            digest.update(f"calendar\0{row.source}\0{row.name}\0{row.spec_hash}\n".encode())
+        plan.state_fingerprint = "sha256:" + digest.hexdigest()
+    return plan
 
 
 def attach_notifiers(

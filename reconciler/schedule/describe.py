@@ -43,7 +43,7 @@ def _trigger_words(spec: TaskSpec) -> str:
     if trigger.kind == "business_day":
         times = ", ".join(t.strftime("%H:%M") for t in trigger.times)
         calendar = trigger.business_days
-        return f"at {times} on the {_nth(trigger.day)} business day of {calendar} of each month ({spec.timezone})"
+        return f"at {times} on the {_nth(trigger.day)} business day of each month, calendar {calendar} ({spec.timezone})"
     if trigger.kind == "interval":
         return f"{interval_words(trigger.period_seconds)} (elapsed time)"
     if trigger.kind == "calendar":

@@ -235,7 +235,7 @@ class Dashboard:
 
     def _task_item(self, row: Mapping[str, Any], pauses: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         """A task as / lists it: `status`'s item (json) and what the dashboard adds."""
-        facts = self.specs.get(row["id"], row["spec_text"])
+        facts = self.specs.get(row["id"], row["run_spec_text"])
         item = views.json_task(views.status_item(row, pauses, now, machine=True))
         late = row["last_late_seconds"]
         return {
@@ -269,7 +269,7 @@ class Dashboard:
             readable = (await command_queries.notifications_readable(conn))[0]["readable"]
             notes = (await views.listing(conn, "notifications", task_id, None, 20))[0] if readable else []
             explained = await views.explain_lines(conn, task_id, at) if at is not None else None
-        facts = self.specs.get(task_id, row["spec_text"])
+        facts = self.specs.get(task_id, row["run_spec_text"])
         fires = upcoming(compile_schedule(facts.spec), now, NEXT_FIRES) if facts.spec is not None else []
         stored = json.loads(row["spec_text"])
         return "task.html", {

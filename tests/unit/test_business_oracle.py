@@ -288,7 +288,9 @@ US = {
 }
 
 
-def fires(zone: str, trigger: dict[str, Any], calendars: dict[str, Any], after: str, count: int, **policy: Any) -> list[str]:
+def fires(
+    zone: str, trigger: dict[str, Any], calendars: dict[str, Any], after: str, count: int, **policy: Any
+) -> list[str]:
     sched = schedule(zone, trigger, calendars, **policy)
     return [f.at.astimezone(ZoneInfo(zone)).isoformat() for f in upcoming(sched, datetime.fromisoformat(after), count)]
 
