@@ -42,8 +42,8 @@ def _trigger_words(spec: TaskSpec) -> str:
         return f"{cron_words(' '.join(trigger.fields), trigger.expr)} ({spec.timezone})"
     if trigger.kind == "business_day":
         times = ", ".join(t.strftime("%H:%M") for t in trigger.times)
-        calendar = trigger.business_days
-        return f"at {times} on the {_nth(trigger.day)} business day of each month, calendar {calendar} ({spec.timezone})"
+        day, calendar = _nth(trigger.day), trigger.business_days
+        return f"at {times} on the {day} business day of each month, calendar {calendar} ({spec.timezone})"
     if trigger.kind == "interval":
         return f"{interval_words(trigger.period_seconds)} (elapsed time)"
     if trigger.kind == "calendar":
