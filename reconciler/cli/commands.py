@@ -61,6 +61,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     read = f"{len(result.tasks)} task file(s) in {files.tasks_dir}"
     if result.notifiers is not None and result.notifiers.present:
         read += f" and {len(result.notifiers.by_name)} notifier file(s) in {result.notifiers.root}"
+    if result.calendars is not None and result.calendars.present:
+        read += f" and {len(result.calendars.by_name)} calendar file(s) in {result.calendars.root}"
     print(f"{read} are valid{noted}")
     return EXIT_OK
 

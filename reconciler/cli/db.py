@@ -122,6 +122,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             await record(conn, operator, "trigger", found[0]["source"], [args.id], {"run_id": row["id"]})
             await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [args.id]}))
             pause = (await operator_queries.pauses_readable(conn, ids=[args.id])).get(args.id)
+            [clock] = await command_queries.clock_now(conn, now=None)
         run_id = row["id"]
         print(
             f"queued manual run {run_id} of {render.safe(args.id)}; the schedule is unchanged; "
@@ -134,6 +135,9 @@ def cmd_trigger(args: argparse.Namespace) -> int:
                     f"note: {args.id} is paused ({pause['paused_by']}: {pause['reason']}); a manual run runs anyway"
                 )
             )
+        holding = views.blackout_holding(found[0], clock["now"])
+        if holding is not None:  # a blackout holds the schedule, not manual runs
+            print(render.safe(f"note: blackout {holding} holds now; a manual run runs anyway"))
         if not args.wait:
             return EXIT_OK
         return await follow_run(store, run_id)

@@ -106,7 +106,7 @@ class CalendarKind(Kind[Calendar]):
             try:
                 Blackout.stored(item_id, spec.model_dump(mode="json", by_alias=True, exclude_none=True))
             except TriggerError as exc:
-                errors.append(error(tuple(exc.key.replace("[", ".").rstrip("]").split(".")), exc.message, exc.key))
+                errors.append(error(tuple(exc.key.split(".")), exc.message, exc.key))
         return super().finish(item_id, display, source, (spec, _, errors, error), digest)
 
 

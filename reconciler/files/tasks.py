@@ -20,10 +20,11 @@ from reconciler.files.notifiers import Notifiers
 from reconciler.files.problems import FileError, FileWarning
 from reconciler.files.text import BOM
 from reconciler.schedule.base import Schedule, TriggerError
+from reconciler.schedule.business import BusinessDays, months_without
 from reconciler.schedule.preview import never_fires
 from reconciler.schedule.triggers import compile_schedule, trigger_instants
 from reconciler.spec.task import TaskSpec, calendars_named
-from reconciler.spec.trigger import Trigger
+from reconciler.spec.trigger import BusinessDayTrigger, Trigger
 from reconciler.spec.values import zone_problem
 
 NOT_A_KEY = (
@@ -245,14 +246,33 @@ def load_dir(tasks_dir: Path, display_root: str | None = None) -> LoadResult:
 
 
 def fire_warnings(tasks: Iterable[Task], now: datetime) -> list[FileWarning]:
-    """A warning per task that cannot fire in the ten years after `now`: a past `once`, an ended window, 30 February."""
+    """A warning per task that cannot fire in the ten years after `now` (a past `once`, an ended window, 30
+    February), and per `business_day` task with months of the next two years that have no such day."""
     warnings = []
     for task in tasks:
         found = never_fires(task.spec, task.schedule, now)
+        if found is None:
+            found = _short_months(task.spec, now)
         if found is not None:
             key, message = found
             warnings.append(FileWarning(task.path, task.line_of(*key.split(".")), key, message))
     return warnings
+
+
+def _short_months(spec: TaskSpec, now: datetime) -> tuple[str, str] | None:
+    trigger = spec.trigger
+    if not isinstance(trigger, BusinessDayTrigger) or not spec.calendars:
+        return None
+    days = BusinessDays.stored(trigger.business_days, spec.calendars[trigger.business_days])
+    short = months_without(days, trigger.day, now.astimezone(ZoneInfo(spec.timezone)).date())
+    if not short:
+        return None
+    shown = ", ".join(short[:6]) + (f" and {len(short) - 6} more" if len(short) > 6 else "")
+    return "trigger.day", (
+        f"day = {trigger.day}: {len(short)} month(s) of the next two years have fewer business days of calendar "
+        f"{trigger.business_days!r} ({shown}), so this task does not fire then; a day nearer the month's "
+        "start or end fires every month"
+    )
 
 
 def _duplicate_ids(tasks: list[Task], present: set[str]) -> list[FileError]:

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 from reconciler.clock import utc_text, when_text
 from reconciler.schedule.base import Fire, Schedule
 from reconciler.schedule.describe import describe_trigger, fire_line
+from reconciler.schedule.excluded import blackout_now, excluded_between
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.schedule.walltime import resolve_window_time
 from reconciler.spec.task import TaskSpec
@@ -75,6 +76,21 @@ def _skipped_by_gap_policy(spec: TaskSpec, shown: list[Fire]) -> list[Fire]:
     kept = {f.at for f in shown}
     unskipped = _walk(shifted, shown[0].at - timedelta(seconds=1), shown[-1].at, limit=None)
     return [f for f in unskipped if f.at not in kept and f.note]
+
+
+def _calendar_lines(spec: TaskSpec, shown: list[Fire], at: datetime, zone: ZoneInfo) -> list[str]:
+    """What the task's calendars took away in the span shown (no run rows: SPEC §6), and the blackout at T."""
+    if spec.calendars is None:
+        return []
+    schedule = compile_schedule(spec)
+    lines = []
+    if shown:
+        start, end = min(shown[0].at, at) - timedelta(seconds=1), max(shown[-1].at, at)
+        lines += [f"  {when_text(e.at, zone)}  → no run: {e.reason}" for e in excluded_between(schedule, start, end)]
+    holding = blackout_now(schedule, at)
+    if holding is not None:
+        lines.append(f"  blackout at T: {holding[0]} until {when_text(holding[1], zone)}")
+    return lines
 
 
 def _run_text(run: Mapping[str, Any]) -> str:
@@ -149,6 +165,7 @@ def explain(
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
     for fire in _skipped_by_gap_policy(spec, shown):
         lines.append(f'  {fire_line(fire, zone)}  → no run: policy.dst_gap = "skip"')
+    lines += _calendar_lines(spec, shown, at, zone)
     manual = [r for r in runs if r["kind"] == "manual"]
     for run in manual:
         lines.append(f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run)}")

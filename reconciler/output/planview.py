@@ -22,7 +22,7 @@ from reconciler.spec.task import Policy
 if TYPE_CHECKING:
     from reconciler.reconcile.calendars import CalendarChange
     from reconciler.reconcile.notifiers import NotifierChange
-from reconciler.output.text import pause_line, safe
+from reconciler.output.text import excluded_lines, pause_line, safe
 
 SYMBOLS = {"create": "+", "update": "~", "delete": "-", "move": ">", "noop": " "}
 COLOURS = {"create": "32", "update": "33", "delete": "31", "move": "36", "drift": "35"}
@@ -170,6 +170,7 @@ def _details(change: Change, zone: ZoneInfo) -> list[str]:
         lines.append(f"schedule: {change.description}")
     for moment in change.next_fire_times:
         lines.append(f"next: {when_text(moment, zone)}")
+    lines += excluded_lines(change.preview.excluded, zone)
     lines += [f"warning: {w}" for w in change.warnings]
     return lines
 
@@ -439,6 +440,7 @@ def change_dict(change: Change) -> dict[str, object]:
     live = {**row.spec, "enabled": row.enabled, "timezone": row.timezone} if writes and row is not None else None
     before = _masked(live)
     after = _masked(change.task.normalized) if writes and change.task is not None and change.op != "delete" else None
+    excluded = change.preview.excluded
     return {
         "op": change.op,
         "id": change.id,
@@ -452,6 +454,7 @@ def change_dict(change: Change) -> dict[str, object]:
         "drift_fields": [{"path": f.path, "live": f.old, "desired": f.new} for f in change.drift_fields],
         "next_fire_times": [utc_iso(t) for t in change.next_fire_times],
         "warnings": change.warnings,
+        **({"excluded": [{"at": utc_iso(e.at), "reason": e.reason} for e in excluded]} if excluded else {}),
     }
 
 

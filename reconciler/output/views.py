@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal, overload
 from zoneinfo import ZoneInfo
 
-from reconciler.clock import local_text, utc_text
+from reconciler.clock import local_text, utc_text, when_text
 from reconciler.db import command_queries, operator_queries
 from reconciler.db.command_queries import EngineRow, OutboxRow, RunRow
 from reconciler.db.operator_queries import PauseRow
@@ -23,6 +23,7 @@ from reconciler.output import text as render
 from reconciler.output.explain import TaskState, explain, occurrences_around, span
 from reconciler.output.masking import mask_text
 from reconciler.reconcile.plan import is_drifted
+from reconciler.schedule.excluded import blackout_now
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import TaskSpec
 
@@ -157,6 +158,19 @@ def stored_spec(task_id: str, spec_text: str) -> TaskSpec:
         raise UserError(
             f"task {task_id!r}: the stored spec no longer validates ({one_line(exc)}); `reconciler apply` restores it"
         ) from None
+
+
+def blackout_holding(row: command_queries.TaskGetRow, now: datetime) -> str | None:
+    """`year-end-freeze (until …)` when a blackout the task names holds `now`; None otherwise (or when its stored
+    spec no longer validates: `explain` says why)."""
+    try:
+        spec = stored_spec(row["id"], row["spec_text"]).model_copy(update={"calendars": row["calendars"]})
+        holding = blackout_now(compile_schedule(spec), now)
+    except ValueError:  # UserError, TriggerError
+        return None
+    if holding is None:
+        return None
+    return f"{holding[0]} (until {when_text(holding[1], ZoneInfo(spec.timezone))})"
 
 
 async def explain_lines(conn: Conn, task_id: str, asked: datetime | None) -> list[str]:

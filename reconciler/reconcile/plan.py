@@ -21,6 +21,7 @@ from reconciler.reconcile.calendars import CalendarChange, CalendarRow, calendar
 from reconciler.reconcile.diff import FieldDiff, Op, diff_fields
 from reconciler.reconcile.notifiers import NotifierChange, NotifierRow, diff_notifiers
 from reconciler.reconcile.revision import LiveRevision
+from reconciler.schedule.excluded import Excluded, excluded_between
 from reconciler.schedule.preview import dst_warnings, never_fires, upcoming
 
 FORMAT_VERSION = 2
@@ -43,6 +44,7 @@ class Preview:
     next_fire_times: list[datetime]
     warnings: list[str]
     description: str | None
+    excluded: list[Excluded] = field(default_factory=list)  # what its calendars take away until the last one
 
 
 NO_PREVIEW = Preview([], [], None)
@@ -190,7 +192,9 @@ def schedule_preview(task: Task, now: datetime) -> Preview:
     never = never_fires(task.spec, task.schedule, now)
     if never:  # a warning, not a refusal: a once in the past may be kept on purpose
         warnings.append(f"{never[0]}: {never[1]}")
-    return Preview([f.at for f in upcoming(task.schedule, now, 3)], warnings, describe_trigger(task.spec))
+    fires = upcoming(task.schedule, now, 3)
+    excluded = excluded_between(task.schedule, now, fires[-1].at) if task.spec.calendars and fires else []
+    return Preview([f.at for f in fires], warnings, describe_trigger(task.spec), excluded)
 
 
 def _retimes(fields: list[FieldDiff]) -> bool:

@@ -66,7 +66,7 @@ class Blackout:
                 opens = CronSchedule(trigger.fields, zone=zone, gap="shift", overlap=overlap, start=None, end=None)
                 repeating.append(Repeating(opens, timedelta(seconds=duration_seconds(window["duration"]))))
             else:
-                key = f"window[{index}]"
+                key = f"window.{index}"
                 start = resolve_window_time(_when(window["from"]), zone, f"{key}.from")
                 fixed.append((start, resolve_window_time(_when(window["until"]), zone, f"{key}.until")))
         return cls(name, tuple(fixed), tuple(repeating))

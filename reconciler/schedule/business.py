@@ -198,6 +198,17 @@ class OnBusinessDays(WallClockSchedule):
             target = self._preceding(target)
 
 
+def months_without(days: BusinessDays, nth: int, start: date, months: int = 24) -> list[str]:
+    """The months (`2027-02`) among the `months` from `start`'s that have no `nth` business day."""
+    found = []
+    year, month = start.year, start.month
+    for _ in range(months):
+        if days.in_month(year, month, nth) is None:
+            found.append(f"{year:04d}-{month:02d}")
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return found
+
+
 class NthBusinessDay(WallClockSchedule):
     """The `nth` business day of each month (from its end when negative), at wall-clock times."""
 

@@ -49,9 +49,9 @@ def excluded_between(schedule: Schedule, after: datetime, until: datetime, limit
     return sorted(found)[:limit]
 
 
-def blackout_now(schedule: Schedule, at: datetime) -> str | None:
-    """The blackout holding `at` (`year-end-freeze until 2027-01-04T00:00:00+00:00`), or None."""
+def blackout_now(schedule: Schedule, at: datetime) -> tuple[str, datetime] | None:
+    """The blackout holding `at`: a calendar's name and when the blocked span ends; None when none does."""
     if not isinstance(schedule, WithBlackouts):
         return None
     span = schedule.blackouts.span(at)
-    return None if span is None else f"{span.name} until {span.end.isoformat()}"
+    return None if span is None else (span.name, span.end)

@@ -31,6 +31,7 @@ from reconciler.output import text as render
 from reconciler.output import views
 from reconciler.output.masking import mask_spec, mask_text
 from reconciler.schedule.describe import describe_trigger
+from reconciler.schedule.excluded import excluded_between
 from reconciler.schedule.preview import upcoming
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import TaskSpec
@@ -270,7 +271,9 @@ class Dashboard:
             notes = (await views.listing(conn, "notifications", task_id, None, 20))[0] if readable else []
             explained = await views.explain_lines(conn, task_id, at) if at is not None else None
         facts = self.specs.get(task_id, row["run_spec_text"])
-        fires = upcoming(compile_schedule(facts.spec), now, NEXT_FIRES) if facts.spec is not None else []
+        schedule = compile_schedule(facts.spec) if facts.spec is not None else None
+        fires = upcoming(schedule, now, NEXT_FIRES) if schedule is not None else []
+        excluded = excluded_between(schedule, now, fires[-1].at) if schedule is not None and fires else []
         stored = json.loads(row["spec_text"])
         return "task.html", {
             "database_now": utc_iso(now),
@@ -281,8 +284,8 @@ class Dashboard:
                 "revision": found[0]["revision"],
             },
             "settings": mask_spec(stored) if isinstance(stored, dict) else {"spec": stored},
-            "next": render.next_item(task_id, facts.spec, fires) if facts.spec is not None else None,
-            "fire_notes": [fire.note for fire in fires],
+            "next": render.next_item(task_id, facts.spec, fires, excluded) if facts.spec is not None else None,
+            "fire_notes": [fire.note or fire.rule for fire in fires],
             "runs": views.json_runs(views.masked_runs(runs_with)),
             "notifications": render.json_rows([views.masked(note, "error") for note in notes]),
             "explain": (

@@ -338,3 +338,47 @@ def test_a_weekend_freeze_over_the_fall_back_night_lasts_its_elapsed_duration() 
     )
     # Friday 22:00 CEST + 56 h of real time is Monday 05:00 CET (the night of 25 October is 25 hours long).
     assert deferred == ["2026-10-26T05:00:00+01:00", "2026-10-27T02:30:00+01:00"]
+
+
+# ---------------------------------------------------------------- next, occurrences in (A, B], latest at or before
+
+TICK = timedelta(microseconds=1)
+YEAR = timedelta(days=366)
+SPARSE = st.sampled_from(["0 9 * * *", "30 2 * * *", "0 0 1 * *", "15 10 * * 1", "0 12 29 2 *", "0 22 * * 5,6"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    expr=SPARSE,
+    start=STARTS,
+    cal=calendars(),
+    move=st.sampled_from(["skip", "next", "previous"]),
+    blackout=st.sampled_from([None, "skip", "defer"]),
+    minutes=st.integers(1, 3 * 24 * 60),
+)
+def test_next_is_the_first_of_the_occurrences_in_the_year_after(
+    expr: str, start: tuple[str, int, int], cal: Cal, move: str, blackout: str | None, minutes: int
+) -> None:
+    from reconciler.schedule.preview import fires_between
+
+    zone, which, shift = start
+    after = start_of(zone, which, shift)
+    cal = shifted(cal, after.date())
+    calendars = {
+        "cal": cal.stored(),
+        "f": {"kind": "blackout", "window": [{"cron": "0 22 * * 5", "duration": f"{minutes}m"}]},
+    }
+    policy = {"blackouts": ["f"], "on_blackout": blackout} if blackout else {}
+    trigger = {"kind": "cron", "expr": expr, "business_days": "cal", "on_non_business_day": move}
+    sched = schedule(zone, trigger, calendars, **policy)
+    following = sched.next_fire_time(after)
+    inside, _ = fires_between(sched, after, after + YEAR, 1)
+    assert [f.at for f in inside] == ([following] if following is not None and following <= after + YEAR else [])
+    # The same answer from the other direction: latest at or before it is itself, and nothing in (after, it).
+    if following is not None:
+        assert sched.previous_fire_time(following + TICK) == following
+        earlier = sched.previous_fire_time(following)
+        assert earlier is None or earlier <= after
+    else:
+        latest = sched.previous_fire_time(after + YEAR + TICK)
+        assert latest is None or latest <= after

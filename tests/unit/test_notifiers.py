@@ -155,7 +155,7 @@ def test_a_bound_says_what_the_value_must_be(tmp_path: Path, table: str, expecte
 def test_a_trigger_without_kind_lists_the_kinds(tmp_path: Path) -> None:
     (tmp_path / "job.toml").write_text('[trigger]\nexpr = "* * * * *"\n[target]\nurl = "https://a.example/x"\n')
     [error] = load_dir(tmp_path, "tasks.d").errors
-    assert error.message == "missing kind; use one of 'cron', 'interval', 'calendar', 'once'"
+    assert error.message == "missing kind; use one of 'cron', 'interval', 'calendar', 'business_day', 'once'"
 
 
 def ended(status: str, n: int, repeat: int | None = None) -> Ended:
