@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import tomli_w
@@ -28,11 +28,14 @@ from pydantic.fields import FieldInfo
 
 from reconciler.db.store import TaskRow
 from reconciler.errors import UserError
+from reconciler.files.calendars import CALENDARS
 from reconciler.files.kinds import Kind, check_data, spec_hash, validate
 from reconciler.files.notifiers import NOTIFIERS
 from reconciler.files.problems import FileError, printable
 from reconciler.files.tasks import TASKS
+from reconciler.reconcile.calendars import CalendarRow
 from reconciler.reconcile.notifiers import NotifierRow
+from reconciler.spec.calendar import BlackoutCalendar, BusinessDaysCalendar
 from reconciler.spec.model import admitted
 from reconciler.spec.notifier import NotifierSpec
 from reconciler.spec.target import Target, is_credential_name
@@ -306,6 +309,14 @@ def _problems(errors: list[FileError]) -> str:
     return f"{first.key}: {first.message}{more}"
 
 
+DERIVED = ("moved_from", "resolved")  # a task's leftover pointer; a calendar's holidays, which apply resolves
+
+
+def _written(normalized: dict[str, Any]) -> dict[str, Any]:
+    """What of a normalized spec its file says."""
+    return {key: value for key, value in normalized.items() if key not in DERIVED}
+
+
 def _export_spec(
     kind: Kind[Any], file_id: str, label: str, spec: dict[str, Any], model: type[BaseModel], warnings: list[str]
 ) -> Exported:
@@ -320,7 +331,7 @@ def _export_spec(
         )
         data = _shape(model, spec)
     else:
-        expected = {k: v for k, v in item.normalized.items() if k != "moved_from"}
+        expected = _written(item.normalized)
         model = type(item.model())  # a tagged union's member (a webhook or a Slack notifier)
         data = _shape(model, expected)
     dropped: list[str] = []
@@ -333,7 +344,7 @@ def _export_spec(
         return Exported(file_id, None, [*warnings, f"{label}: skipped, not writable as TOML ({exc})"])
     if item is not None:
         reloaded, _ = validate(kind, file_id, file_id, text)
-        if reloaded is None or reloaded.spec_hash != spec_hash(expected):  # never expected; fail safe
+        if reloaded is None or spec_hash(_written(reloaded.normalized)) != spec_hash(expected):  # fail safe
             text = to_toml(_without_nulls(_shape(model, expected, slim=False), "", []), model)
             warnings.append(f"{label}: written with every key (the short form would not re-load identically)")
     return Exported(file_id, text, warnings)
@@ -374,15 +385,29 @@ def export_notifier(row: NotifierRow, names: Placeholders) -> Exported:
     return _export_spec(NOTIFIERS, row.name, label, spec, model, warnings)
 
 
-def one_per_name(rows: list[NotifierRow]) -> tuple[list[NotifierRow], list[str]]:
-    """The notifiers of one exported directory: each name once (rows of several sources share it). A name the
-    sources declare alike is one file; one they declare differently is written from the first source (in
-    order), with a warning naming the others."""
-    by_name: dict[str, list[NotifierRow]] = {}
+def export_calendar(row: CalendarRow) -> Exported:
+    """The calendar file for one row (`calendars.d/NAME.toml`): its spec without the holidays apply resolved."""
+    label = f"calendar {printable(row.name)}"
+    if not ID_SEGMENT.fullmatch(row.name):
+        return Exported(row.name, None, [f"{label}: skipped, the name cannot be a file name"])
+    if not isinstance(row.spec, dict):
+        return Exported(row.name, None, [f"{label}: skipped, the stored spec is not a table (JSON object)"])
+    model = BlackoutCalendar if row.spec.get("kind") == "blackout" else BusinessDaysCalendar
+    return _export_spec(CALENDARS, row.name, label, _written(row.spec), model, [])
+
+
+Named = TypeVar("Named", NotifierRow, CalendarRow)
+
+
+def one_per_name(rows: list[Named], what: str = "notifier") -> tuple[list[Named], list[str]]:
+    """The notifiers (calendars) of one exported directory: each name once (rows of several sources share it).
+    A name the sources declare alike is one file; one they declare differently is written from the first
+    source (in order), with a warning naming the others."""
+    by_name: dict[str, list[Named]] = {}
     for row in sorted(rows, key=lambda r: (r.name, r.source)):
         by_name.setdefault(row.name, []).append(row)
     warnings = [
-        f"notifier {printable(name)}: sources {', '.join(repr(r.source) for r in found)} declare it differently; "
+        f"{what} {printable(name)}: sources {', '.join(repr(r.source) for r in found)} declare it differently; "
         f"written from {found[0].source!r} (export one source at a time with --source SOURCE)"
         for name, found in by_name.items()
         if len({r.spec_hash for r in found}) > 1
@@ -421,15 +446,15 @@ def check_targets(out: Path, targets: list[Path], force: bool, option: str = "--
             )
 
 
-def check_notifiers_dir(notifiers: Path, out: Path, force: bool) -> None:
-    """Notifiers go only into a new directory (beside --out-dir, where `plan --tasks-dir OUT` reads them),
-    unless --force: with the default --out-dir that is the project's own notifiers.d, whose every file the
-    next apply would apply."""
-    if os.path.lexists(notifiers) and not force:
+def check_beside_dir(folder: Path, out: Path, force: bool, what: str = "notifiers") -> None:
+    """Notifiers (calendars) go only into a new directory (beside --out-dir, where `plan --tasks-dir OUT` reads
+    them), unless --force: with the default --out-dir that is the project's own notifiers.d, whose every file
+    the next apply would apply."""
+    if os.path.lexists(folder) and not force:
         raise UserError(
-            f"export: {printable(str(notifiers))} already exists (export writes notifiers beside --out-dir "
+            f"export: {printable(str(folder))} already exists (export writes {what} beside --out-dir "
             f"{printable(str(out))}, where plan reads them); pass an --out-dir in a new folder, e.g. "
-            "--out-dir exported/tasks.d (its notifiers go to exported/notifiers.d), or --force to write into it "
+            f"--out-dir exported/tasks.d (its {what} go to exported/{folder.name}), or --force to write into it "
             "(nothing was written)"
         )
 

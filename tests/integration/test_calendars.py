@@ -134,3 +134,17 @@ def test_deleting_a_calendar_in_use_is_refused_naming_the_tasks(dsn: str, tmp_pa
         assert "calendars.d (used by 2 task(s): a, b)" in done.stderr, done.stderr
         assert "trigger.business_days: no calendar 'us' in" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_export_writes_the_calendars_beside_the_tasks_and_they_plan_to_no_changes(dsn: str, tmp_path: Path) -> None:
+    url = "http://127.0.0.1:9"
+    calendars = {"us": US + "extra_workdays = [2026-11-28]\n", "freeze": FREEZE}
+    tasks = write(tmp_path / "repo", {"payroll": payroll(url, "previous"), "backup": backup(url, "defer")}, calendars)
+    run_reconciler("--tasks-dir", str(tasks), "apply", dsn=dsn, ok=True)
+    out = tmp_path / "exported" / "tasks.d"
+    done = run_reconciler("export", "--out-dir", str(out), dsn=dsn, ok=True)
+    assert "and 2 calendar(s) to" in done.stdout
+    assert sorted(p.name for p in (out.parent / "calendars.d").iterdir()) == ["freeze.toml", "us.toml"]
+    assert "resolved" not in (out.parent / "calendars.d" / "us.toml").read_text()
+    plan = run_reconciler("--tasks-dir", str(out), "plan", dsn=dsn, ok=True)
+    assert "No changes." in plan.stdout, plan.stdout
