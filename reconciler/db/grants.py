@@ -26,6 +26,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "engines": ("SELECT",),
         "applies": ("SELECT",),
         "notifiers": ("SELECT",),
+        "calendars": ("SELECT",),
         "notifications": ("SELECT",),
         "pauses": ("SELECT",),
         "audit": ("SELECT",),
@@ -39,6 +40,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "engines": ("SELECT",),
         "applies": ("SELECT", "INSERT"),
         "notifiers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "calendars": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # a deleted notifier's pending events end in the apply that deletes it
         "notifications": ("SELECT", "UPDATE(status, next_attempt_at, error)"),
         # a task deleted, or its failure/recovery/lost subscribers changed, starts its failing state afresh
@@ -55,6 +57,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "engines": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # notifiers are read, never written: a leaked engine credential cannot redirect them either
         "notifiers": ("SELECT",),
+        # none on calendars: an engine reads the calendars a task names from the task's row
         "notifications": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "notify_state": ("SELECT", "INSERT", "UPDATE"),
         # the leases on fleet-wide work (metrics, the late scan): taken, renewed and read

@@ -40,8 +40,10 @@ def next_text(rows: list[NextRow]) -> str:
         out.append(f"{task.id}  — {describe_trigger(task.spec)}{state}")
         if not fires:
             out.append("  no further occurrences")
-        out.extend(f"  {fire_line(fire, zone)}" for fire in fires)
-        out.extend(f"  {line}" for line in excluded_lines(excluded, zone))
+        # In time order, so an excluded occurrence stands where it would have fired.
+        lines = [(fire.at, fire_line(fire, zone)) for fire in fires]
+        lines += zip((e.at for e in excluded), excluded_lines(excluded, zone), strict=True)
+        out.extend(f"  {line}" for _, line in sorted(lines, key=lambda pair: pair[0]))
     return "\n".join(out)
 
 
