@@ -9,6 +9,7 @@ import time
 import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from bench.common import best_of, write_results, write_tasks
 from reconciler.cli.parser import tune_gc
@@ -31,10 +32,10 @@ TRIGGERS = {
 }
 CALLS = 5_000
 FILES = 10_000
-NEW_YORK_WEEKDAYS = {"kind": "cron", "expr": "0 9 * * 1-5"}
-BUSINESS = {**NEW_YORK_WEEKDAYS, "business_days": "us", "on_non_business_day": "next"}
-BLACKOUTS = {"blackouts": ["freeze"], "on_blackout": "defer"}
-WITH_CALENDARS = {
+NEW_YORK_WEEKDAYS: dict[str, Any] = {"kind": "cron", "expr": "0 9 * * 1-5"}
+BUSINESS: dict[str, Any] = {**NEW_YORK_WEEKDAYS, "business_days": "us", "on_non_business_day": "next"}
+BLACKOUTS: dict[str, Any] = {"blackouts": ["freeze"], "on_blackout": "defer"}
+WITH_CALENDARS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "cron (America/New_York, 0 9 * * 1-5), no calendars": (NEW_YORK_WEEKDAYS, {}),
     "… business days of US-NY (on_non_business_day = next)": (BUSINESS, {}),
     "… and two blackout windows (defer)": (BUSINESS, BLACKOUTS),
@@ -42,7 +43,7 @@ WITH_CALENDARS = {
 }
 
 
-def calendars() -> dict[str, dict[str, object]]:
+def calendars() -> dict[str, dict[str, Any]]:
     """A business-days calendar of US-NY, resolved as apply does, and a blackout calendar of two windows: a
     weekend freeze (a cron and a duration) and a year-end freeze (a fixed range)."""
     us = {"kind": "business_days", "holidays": {"country": "US", "subdivision": "NY"}}
@@ -62,12 +63,12 @@ def calendars() -> dict[str, dict[str, object]]:
 
 
 def per_call_us(
-    zone: str, trigger: dict[str, object], policy: dict[str, object] | None = None, bound: object = None
+    zone: str, trigger: dict[str, Any], policy: dict[str, Any] | None = None, bound: dict[str, Any] | None = None
 ) -> float:
     spec = TaskSpec.model_validate(
         {"timezone": zone, "trigger": trigger, "target": {"url": "http://127.0.0.1:9/"}, "policy": policy or {}}
     )
-    schedule = compile_schedule(spec, bound)  # type: ignore[arg-type]
+    schedule = compile_schedule(spec, bound)
     # Spread `after` over two years so DST transition days are included in proportion.
     start = datetime(2026, 1, 1, tzinfo=UTC)
     afters = [start + timedelta(minutes=211 * i) for i in range(CALLS)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import psycopg
 
 from reconciler.db.store import Store
@@ -148,3 +149,40 @@ def test_export_writes_the_calendars_beside_the_tasks_and_they_plan_to_no_change
     assert "resolved" not in (out.parent / "calendars.d" / "us.toml").read_text()
     plan = run_reconciler("--tasks-dir", str(out), "plan", dsn=dsn, ok=True)
     assert "No changes." in plan.stdout, plan.stdout
+
+
+async def test_the_dashboard_and_explain_name_the_excluded_occurrences(
+    store: Store, dsn: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    from tests.integration.test_dashboard import dashboard_at
+
+    url, _ = http
+    write(tmp_path, {"payroll": payroll(url, "next"), "backup": backup(url, "defer")}, {"us": US, "freeze": FREEZE})
+    await apply(store, tmp_path, datetime.now(UTC))
+    served = await dashboard_at(dsn)
+    try:
+        async with httpx.AsyncClient(base_url=served.url) as client:
+            page = (await client.get("/tasks/backup", params={"format": "json"})).json()
+            html = (await client.get("/tasks/backup")).text
+    finally:
+        await served.close()
+    excluded = page["next"]["excluded"]
+    assert excluded and {item["reason"] for item in excluded} == {"blackout: freeze"}
+    assert "blackout: freeze" in html and 'id="excluded"' in html
+    assert any("deferred: blackout freeze ended" in (note or "") for note in page["fire_notes"])
+    explained = run_reconciler("explain", "backup", "--at", "2026-10-25T12:00:00Z", dsn=dsn, ok=True).stdout
+    assert "→ no run: blackout: freeze" in explained
+    assert "blackout at T: freeze until 2026-10-26 05:00:00 CET" in explained
+
+
+def test_a_manual_run_is_never_blocked_and_trigger_says_a_blackout_holds(dsn: str, tmp_path: Path) -> None:
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    window = f"from = {(now - timedelta(days=1)).isoformat()}\nuntil = {(now + timedelta(days=1)).isoformat()}\n"
+    freeze = f'kind = "blackout"\n[[window]]\n{window}'
+    tasks = write(tmp_path, {"backup": backup("http://127.0.0.1:9", "skip")}, {"freeze": freeze})
+    run_reconciler("--tasks-dir", str(tasks), "apply", dsn=dsn, ok=True)
+    done = run_reconciler("trigger", "backup", dsn=dsn, ok=True)
+    assert "queued manual run" in done.stdout
+    assert "note: blackout freeze (until " in done.stdout and "holds now; a manual run runs anyway" in done.stdout
+    [run] = runs(dsn, "backup")
+    assert (run["kind"], run["status"]) == ("manual", "queued")

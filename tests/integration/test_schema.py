@@ -19,7 +19,17 @@ async def test_init_twice_is_a_noop(dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'scheduler'")}
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'scheduler'")}
-    declared = {"tasks", "runs", "run_leases", "engines", "applies", "notifiers", "notifications", "notify_state"}
+    declared = {
+        "tasks",
+        "runs",
+        "run_leases",
+        "engines",
+        "applies",
+        "notifiers",
+        "calendars",
+        "notifications",
+        "notify_state",
+    }
     assert tables == declared | {"leader", "pauses", "audit"}
     assert {"tasks_due_idx", "runs_occurrence_uniq"} <= indexes
 
