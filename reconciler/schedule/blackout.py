@@ -8,6 +8,7 @@ fixed window is [from, until) of local times in the calendar's zone.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,22 +28,51 @@ TICK = timedelta(microseconds=1)
 MAX_CHAIN = 1000
 
 
-@dataclass(frozen=True)
 class Repeating:
-    """Windows opening at each occurrence of a cron (in the calendar's zone), each `length` long."""
+    """Windows opening at each occurrence of a cron (in the calendar's zone), each `length` long.
 
-    opens: Schedule
-    length: timedelta
+    The openings around the instants asked about are computed once and kept (`CACHED` days on each side, at
+    most `MAX_CACHED` of them): the engine asks about one occurrence after another, each a bisection then."""
+
+    CACHED = timedelta(days=7)
+    MAX_CACHED = 2000
+
+    def __init__(self, opens: Schedule, length: timedelta) -> None:
+        self.opens = opens
+        self.length = length
+        self._low: datetime | None = None  # every opening in [_low, _high] is in _known
+        self._high: datetime | None = None
+        self._known: list[datetime] = []
+
+    def _within(self, low: datetime, high: datetime) -> list[datetime] | None:
+        """The openings in (low, high], ascending; None when there are more than MAX_CACHED around them."""
+        if self._low is None or self._high is None or not (self._low < low and high <= self._high):
+            start, stop = low - self.CACHED, high + self.CACHED
+            found: list[datetime] = []
+            cursor = self.opens.next_fire_time(start)
+            while cursor is not None and cursor <= stop:
+                if len(found) >= self.MAX_CACHED:
+                    return None
+                found.append(cursor)
+                cursor = self.opens.next_fire_time(cursor)
+            self._low, self._high, self._known = start, stop, found
+        return self._known[bisect_right(self._known, low) : bisect_right(self._known, high)]
 
     def end(self, moment: datetime) -> datetime | None:
         """The latest end of this rule's windows that contain `moment`, or None when none does."""
-        latest = self.opens.previous_fire_time(moment + TICK)
-        return latest + self.length if latest is not None and moment < latest + self.length else None
+        within = self._within(moment - self.length, moment)
+        if within is None:  # too many openings to keep: ask the cron
+            latest = self.opens.previous_fire_time(moment + TICK)
+            return latest + self.length if latest is not None and moment < latest + self.length else None
+        return within[-1] + self.length if within else None
 
     def start(self, moment: datetime) -> datetime | None:
         """The earliest start of this rule's windows that contain `moment`, or None when none does."""
-        earliest = self.opens.next_fire_time(moment - self.length)
-        return earliest if earliest is not None and earliest <= moment else None
+        within = self._within(moment - self.length, moment)
+        if within is None:
+            earliest = self.opens.next_fire_time(moment - self.length)
+            return earliest if earliest is not None and earliest <= moment else None
+        return within[0] if within else None
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,12 @@ from functools import cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.schedule.base import Schedule
+from reconciler.schedule.blackout import Repeating
 from reconciler.schedule.preview import upcoming
 from tests.helpers import schedule
 from tests.unit.test_cron_oracle import EXPRESSIONS, Oracle
@@ -328,7 +330,11 @@ def test_a_moved_occurrence_keeps_the_dst_rules_of_its_new_day() -> None:
     assert got == ["2026-03-29T03:00:00+02:00"]
 
 
-def test_a_weekend_freeze_over_the_fall_back_night_lasts_its_elapsed_duration() -> None:
+@pytest.mark.parametrize("cached", [Repeating.MAX_CACHED, 0])  # 0: every answer asks the cron
+def test_a_weekend_freeze_over_the_fall_back_night_lasts_its_elapsed_duration(
+    cached: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Repeating, "MAX_CACHED", cached)
     freeze = {"kind": "blackout", "timezone": "Europe/Berlin", "window": [{"cron": "0 22 * * 5", "duration": "56h"}]}
     trigger = {"kind": "cron", "expr": "30 2 * * *"}
     skipped = fires("Europe/Berlin", trigger, {"f": freeze}, "2026-10-22T00:00:00+00:00", 3, blackouts=["f"])
