@@ -14,6 +14,10 @@
 (CASE WHEN {task}.calendars IS NULL THEN {task}.spec::text
       ELSE ({task}.spec || jsonb_build_object('calendars', {task}.calendars))::text END)
 
+-- fragment: names_calendars(task)
+-- Whether a task's stored spec names calendars (trigger.business_days, policy.blackouts).
+({task}.spec -> 'trigger' ? 'business_days' OR {task}.spec -> 'policy' ? 'blackouts')
+
 -- fragment: max_running_instances(task)
 -- A task's max_running_instances from its stored spec (`task` the alias of its tasks row): 1 unless a number,
 -- at most 1,000,000 (a hand edit may store anything).
@@ -70,11 +74,11 @@ SELECT pg_advisory_xact_lock(%(key)s);
 -- name: tasks_all
 -- xmin changes with every write to a row, ours or anyone's: it is the row's version for saved plans.
 -- spec comes as text and is parsed only for rows that changed; tampered compares the digest apply wrote.
--- calendars is read from the whole row: a plan (which never writes) may read a database an older reconciler
--- made, without the column.
+-- calendars is read from the whole row, of the tasks that name some only: a plan (which never writes) may
+-- read a database an older reconciler made, without the column.
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
        CASE WHEN spec_digest IS NULL THEN NULL ELSE md5(spec::text) <> spec_digest END AS tampered,
-       to_jsonb(t) -> 'calendars' AS calendars
+       CASE WHEN {{names_calendars(t)}} THEN to_jsonb(t) -> 'calendars' END AS calendars
   FROM scheduler.tasks t ORDER BY id;
 
 -- name: calendars_all
@@ -166,7 +170,7 @@ SELECT t.id, f.digest, t.spec_hash, (t.spec ->> 'enabled')::boolean AS enabled, 
   JOIN scheduler.tasks t ON t.id = f.id
  WHERE t.file_digest = md5(f.digest || t.spec_hash || t.spec::text)
    -- A task that names calendars is always parsed: its calendars are bound from calendars.d (see Task.bind).
-   AND jsonb_typeof(to_jsonb(t) -> 'calendars') IS DISTINCT FROM 'object';
+   AND NOT {{names_calendars(t)}};
 
 -- name: tasks_seal
 -- Rows an apply found equal to their file but without its digest (written by an older reconciler,
