@@ -17,7 +17,7 @@ from reconciler.files.notifiers import Notifiers
 from reconciler.files.problems import FileError
 from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import Task
-from reconciler.reconcile.calendars import CalendarChange, CalendarRow, calendar_fields, diff_calendars
+from reconciler.reconcile.calendars import CalendarChange, CalendarRow, calendar_fields, diff_calendars, version
 from reconciler.reconcile.diff import FieldDiff, Op, diff_fields
 from reconciler.reconcile.notifiers import NotifierChange, NotifierRow, diff_notifiers
 from reconciler.reconcile.revision import LiveRevision
@@ -153,8 +153,9 @@ def state_fingerprint(rows: list[TaskRow]) -> str:
 
 
 def files_fingerprint(tasks: list[Task]) -> str:
-    """What a plan was made from: every file's id and spec hash."""
-    digest = hashlib.sha256(json.dumps(sorted((t.id, t.spec_hash) for t in tasks)).encode())
+    """What a plan was made from: every file's id and spec hash (and the calendars bound to it, if any)."""
+    found = sorted((t.id, t.spec_hash, *([version(t.calendars)] if t.calendars else [])) for t in tasks)
+    digest = hashlib.sha256(json.dumps(found).encode())
     return "sha256:" + digest.hexdigest()
 
 
@@ -259,6 +260,11 @@ def attach_calendars(plan: Plan, calendars: Calendars, stored: list[CalendarRow]
     """Add the calendar changes to `plan`, and the calendar rows to its state fingerprint (a saved plan is stale
     once they change). The tasks a calendar change retimes are in the plan's changes already (make_plan)."""
     plan.calendars = diff_calendars(calendars.by_name, stored, plan.source)
+    if calendars.by_name:  # a saved plan is stale once a calendar file changes too
+        files = hashlib.sha256(plan.files_fingerprint.encode())
+        for name, calendar in sorted(calendars.by_name.items()):
+            files.update(f"calendar\0{name}\0{calendar.spec_hash}\n".encode())
+        plan.files_fingerprint = "sha256:" + files.hexdigest()
     if stored:
         digest = hashlib.sha256(plan.state_fingerprint.encode())
         for row in sorted(stored, key=lambda r: (r.source, r.name)):

@@ -5,6 +5,7 @@ the tasks that name it, and a calendar deleted while tasks use it is refused nam
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -186,3 +187,16 @@ def test_a_manual_run_is_never_blocked_and_trigger_says_a_blackout_holds(dsn: st
     assert "note: blackout freeze (until " in done.stdout and "holds now; a manual run runs anyway" in done.stdout
     [run] = runs(dsn, "backup")
     assert (run["kind"], run["status"]) == ("manual", "queued")
+
+
+def test_a_saved_plan_is_stale_once_a_calendar_file_changes(dsn: str, tmp_path: Path) -> None:
+    tasks = write(tmp_path, {"payroll": payroll("http://127.0.0.1:9")}, {"us": US})
+    saved = tmp_path / "plan.json"
+    run_reconciler("--tasks-dir", str(tasks), "plan", "--out", str(saved), dsn=dsn, ok=True)
+    (tmp_path / "calendars.d" / "us.toml").write_text(US + "extra_holidays = [2030-01-02]\n")
+    done = run_reconciler("--tasks-dir", str(tasks), "apply", str(saved), dsn=dsn)
+    assert done.returncode == 1 and "the saved plan is stale: task files changed" in done.stderr, done.stderr
+    plan = json.loads(run_reconciler("--tasks-dir", str(tasks), "plan", "--format", "json", dsn=dsn, ok=True).stdout)
+    [calendar] = plan["calendars"]
+    assert (calendar["op"], calendar["name"]) == ("create", "us")
+    assert calendar["summary"].startswith("business days: weekend sat, sun; ")
