@@ -8,11 +8,11 @@ never the package, so they all agree; a change in the package's data is a change
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from reconciler.clock import utcnow
 from reconciler.files.directory import read_dir
 from reconciler.files.kinds import Declared, ErrorAt, Kind
 from reconciler.files.problems import FileError
@@ -133,22 +133,7 @@ def load_calendars(
 ) -> Calendars:
     """Every `NAME.toml` directly in `calendars_dir` (none when it does not exist, unless `required`),
     resolved around `year` (default: this year, UTC)."""
-    from reconciler.clock import utcnow
-
     kind = CalendarKind(year if year is not None else utcnow().year)
     files = read_dir(kind, calendars_dir, display_root, required)
     found, errors = files.check()
     return Calendars(files.root, {c.name: c for c in found}, errors, files.present, files.failed(errors))
-
-
-def calendar_dates(stored: dict[str, Any]) -> dict[str, str]:
-    """A stored business-days calendar's non-business dates by ISO date, for a plan's "dates added or
-    removed": its resolved holidays and its extra ones."""
-    out = dict(stored.get("resolved", {}).get("holidays", {}))
-    for day in stored.get("extra_holidays", []):
-        out.setdefault(day, "extra holiday")
-    return out
-
-
-def local_date(text: str) -> date:
-    return date.fromisoformat(text)
