@@ -191,7 +191,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         engine = Engine(store, config)
         stop = stop_on_signals(engine, err if people else None)
         engine.observers.append(RunPrinter())
-        watched = f"{watching.files.tasks_dir} and {watching.files.notifiers_dir}"
+        files = watching.files
+        watched = f"{files.tasks_dir}, {files.notifiers_dir} and {files.calendars_dir}"
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
 
         def show_url(url: str) -> None:
