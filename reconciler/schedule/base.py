@@ -25,6 +25,10 @@ DST_MARGIN = timedelta(hours=3)
 # A schedule with no occurrence in this many local candidates is treated as exhausted
 # (e.g. "0 0 30 2 *" never matches).
 MAX_CANDIDATES = 200_000
+# Past the last date a calendar lists, business days repeat week by week and blackout windows with their
+# crons; a schedule that finds no occurrence free of them for this long after that (any weekday pattern of a
+# cron repeats within 28 years) never will.
+QUIET = timedelta(days=29 * 366)
 
 Overlap = Literal["first", "last", "both"]
 Gap = Literal["shift", "skip"]

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from reconciler.schedule.base import FLOOR, HORIZON, Fire, Schedule
+from reconciler.schedule.base import FLOOR, HORIZON, QUIET, Fire, Schedule, TriggerError
 from reconciler.schedule.cron import CronSchedule, cron_overlap
 from reconciler.schedule.walltime import resolve_window_time
 from reconciler.spec.calendar import duration_seconds
@@ -26,13 +26,16 @@ TICK = timedelta(microseconds=1)
 # time between two openings of a window's cron: a minute's cron blocked 1,000 minutes in a row, a daily one
 # for 1,000 days).
 MAX_CHAIN = 1000
+# Blocked spans, each holding an occurrence, walked in a row before a schedule is taken as never firing again.
+MAX_BLOCKED = 10_000
 
 
 class Repeating:
     """Windows opening at each occurrence of a cron (in the calendar's zone), each `length` long.
 
     The openings around the instants asked about are computed once and kept (`CACHED` days on each side, at
-    most `MAX_CACHED` of them): the engine asks about one occurrence after another, each a bisection then."""
+    most `MAX_CACHED` of them): the engine asks about one occurrence after another, each a bisection then. A
+    cron with more openings than that is asked directly (two steps of croniter per question)."""
 
     CACHED = timedelta(days=7)
     MAX_CACHED = 2000
@@ -43,15 +46,19 @@ class Repeating:
         self._low: datetime | None = None  # every opening in [_low, _high] is in _known
         self._high: datetime | None = None
         self._known: list[datetime] = []
+        self._dense = False
 
     def _within(self, low: datetime, high: datetime) -> list[datetime] | None:
         """The openings in (low, high], ascending; None when there are more than MAX_CACHED around them."""
         if self._low is None or self._high is None or not (self._low < low and high <= self._high):
+            if self._dense:
+                return None
             start, stop = low - self.CACHED, high + self.CACHED
             found: list[datetime] = []
             cursor = self.opens.next_fire_time(start)
             while cursor is not None and cursor <= stop:
-                if len(found) >= self.MAX_CACHED:
+                if len(found) >= self.MAX_CACHED:  # a cron this dense is asked directly from now on
+                    self._dense = True
                     return None
                 found.append(cursor)
                 cursor = self.opens.next_fire_time(cursor)
@@ -98,7 +105,11 @@ class Blackout:
             else:
                 key = f"window.{index}"
                 start = resolve_window_time(_when(window["from"]), zone, f"{key}.from")
-                fixed.append((start, resolve_window_time(_when(window["until"]), zone, f"{key}.until")))
+                end = resolve_window_time(_when(window["until"]), zone, f"{key}.until")
+                if end <= start:  # offsets can put an until written later than from at an earlier instant
+                    instants = f"{end.isoformat()} is not after {start.isoformat()}"
+                    raise TriggerError(f"{key}.until", f"until must be after from ({instants}); move it later")
+                fixed.append((start, end))
         return cls(name, tuple(fixed), tuple(repeating))
 
     def end(self, moment: datetime) -> datetime | None:
@@ -135,6 +146,10 @@ class Blackouts:
 
     calendars: tuple[Blackout, ...]
 
+    def touches_fixed(self, span: Span) -> bool:
+        """Whether a fixed window overlaps `span`."""
+        return any(start < span.end and span.start < end for c in self.calendars for start, end in c.fixed)
+
     def _end(self, moment: datetime) -> datetime | None:
         return max((end for c in self.calendars if (end := c.end(moment)) is not None), default=None)
 
@@ -167,6 +182,26 @@ class Blackouts:
         return Span(max(start, FLOOR), min(end, HORIZON), name)
 
 
+class Blocked:
+    """A walk over blocked occurrences, one span after another. Past MAX_BLOCKED spans in a row, or QUIET of
+    time since the first of a row in which no fixed window took part, the repeating windows (which repeat with
+    their crons) are taken to block every later occurrence too."""
+
+    def __init__(self, blackouts: Blackouts) -> None:
+        self.blackouts = blackouts
+        self.count = 0
+        self.since: datetime | None = None
+
+    def endless(self, at: datetime, span: Span) -> bool:
+        """Count the blocked occurrence `at` (in `span`): whether to give up."""
+        self.count += 1
+        if self.blackouts.touches_fixed(span):
+            self.since = None
+        elif self.since is None:
+            self.since = at
+        return self.count > MAX_BLOCKED or (self.since is not None and abs(at - self.since) > QUIET)
+
+
 class WithBlackouts:
     """A schedule whose occurrences in a blocked span do not fire: skipped, or (`defer`) one run at the span's
     end for all of them. A deferred run that lands where the schedule fires anyway is that occurrence."""
@@ -192,6 +227,7 @@ class WithBlackouts:
             if self.defer and self._has_occurrence(around):
                 return self._deferred(around)
             cursor = max(cursor, around.end - TICK)
+        blocked = Blocked(self.blackouts)
         while True:
             fire = self.inner.next_fire(cursor)
             if fire is None:
@@ -201,6 +237,8 @@ class WithBlackouts:
                 return fire
             if self.defer:
                 return self._deferred(span)
+            if blocked.endless(fire.at, span):
+                return None
             cursor = span.end - TICK
 
     def next_fire_time(self, after: datetime) -> datetime | None:
@@ -209,6 +247,7 @@ class WithBlackouts:
 
     def previous_fire_time(self, before: datetime) -> datetime | None:
         cursor = before
+        blocked = Blocked(self.blackouts)
         while True:
             found = self.inner.previous_fire_time(cursor)
             if found is None:
@@ -218,7 +257,7 @@ class WithBlackouts:
                 return found
             if self.defer and span.end < before:
                 return span.end
-            if span.start <= FLOOR:
+            if span.start <= FLOOR or blocked.endless(found, span):
                 return None
             cursor = span.start
 

@@ -10,22 +10,22 @@ holidays were resolved when it was applied.
 from __future__ import annotations
 
 import calendar as _calendar
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from functools import cached_property
 from typing import Any, Literal
 
+from reconciler.schedule.base import QUIET
 from reconciler.schedule.walltime import WallClockSchedule
 from reconciler.spec.calendar import WEEKDAYS
 from reconciler.spec.values import MAX_YEAR, MIN_YEAR
 
 Move = Literal["skip", "next", "previous"]
 FIRST_DAY, LAST_DAY = date(MIN_YEAR, 1, 1), date(MAX_YEAR, 12, 31)
-# Past the last date a calendar lists, its business days repeat week by week; a schedule that finds no
-# occurrence on one for this long after that (any weekday pattern of a cron repeats within 28 years) never will.
-QUIET = timedelta(days=29 * 366)
 TICK = timedelta(microseconds=1)
+DAY = timedelta(days=1)
 # The longest run of days before (after) a business day whose occurrences move to it: a year, so a yearly
 # cron in a calendar with months off still lands once.
 MOVE_RUN = timedelta(days=366)
@@ -75,17 +75,20 @@ class BusinessDays:
     def first_listed(self) -> date:
         return min((*self.holidays, *self.workdays), default=LAST_DAY)
 
+    @cached_property
+    def _workdays(self) -> list[date]:
+        return sorted(self.workdays)
+
     def step(self, day: date, direction: int) -> date | None:
         """The nearest business day strictly after (`direction` 1) or before (-1) `day`, or None."""
-        weekly = len(self.weekend) < 7
-        try:
+        if len(self.weekend) == 7:  # only extra workdays are business days: look them up
+            index = bisect_right(self._workdays, day) if direction > 0 else bisect_left(self._workdays, day) - 1
+            return self._workdays[index] if 0 <= index < len(self._workdays) else None
+        try:  # a weekday is a business day unless listed: the walk passes at most the listed dates and a week
             while True:
                 day += timedelta(days=direction)
                 if self.is_business(day):
                     return day
-                past = day > self.last_listed if direction > 0 else day < self.first_listed
-                if past and not weekly:  # only extra workdays are business days, and none is left
-                    return None
         except OverflowError:
             return None
 
@@ -95,6 +98,14 @@ class BusinessDays:
         business = [day for day in days if self.is_business(day)]
         index = nth - 1 if nth > 0 else nth
         return business[index] if -len(business) <= index < len(business) else None
+
+
+def _shift(day: date, by: timedelta) -> date:
+    """`day` moved by `by`, or the first or last date there is."""
+    try:
+        return day + by
+    except OverflowError:
+        return date.min if by < timedelta() else date.max
 
 
 def quiet(day: date, since: date, days: BusinessDays, descending: bool) -> bool:
@@ -121,23 +132,26 @@ class OnBusinessDays(WallClockSchedule):
         self.days = days
         self.move = move
         self._groups: dict[date, tuple[datetime, ...]] = {}
+        self._every = inner.day_times()
 
-    def _target(self, day: date) -> date | None:
-        """The business day whose occurrences those of `day` are (None: they are skipped)."""
+    def target(self, day: date) -> date | None:
+        """The business day whose occurrences those of `day` are (None: they are skipped, or the business day
+        they would move to is MOVE_RUN or further away)."""
         if self.days.is_business(day):
             return day
         if self.move == "skip":
             return None
-        return self.days.step(day, 1 if self.move == "next" else -1)
+        found = self.days.step(day, 1 if self.move == "next" else -1)
+        return found if found is not None and abs(found - day) < MOVE_RUN else None
 
     def _sources(self, target: date) -> tuple[date, date]:
         """The first and last day whose wall times land on the business day `target`."""
         if self.move == "next":
             before = self.days.step(target, -1)
-            return (max(before, target - MOVE_RUN) + timedelta(days=1) if before else target), target
+            return max(before or date.min, _shift(target, -MOVE_RUN)) + DAY, target
         if self.move == "previous":
             after = self.days.step(target, 1)
-            return target, (min(after, target + MOVE_RUN) - timedelta(days=1) if after else target)
+            return target, min(after or date.max, _shift(target, MOVE_RUN)) - DAY
         return target, target
 
     def _group(self, target: date) -> tuple[datetime, ...]:
@@ -150,31 +164,42 @@ class OnBusinessDays(WallClockSchedule):
                 if local.date() > last:
                     break
                 times.add(local.time())
+                if self._every is not None and len(times) >= len(self._every):  # later days add none
+                    break
             if len(self._groups) >= self.GROUPS:
                 self._groups.clear()
             found = self._groups[target] = tuple(datetime.combine(target, moment) for moment in sorted(times))
         return found
 
     def _following(self, target: date) -> date | None:
-        """The next business day after `target` that may have wall times: where the inner schedule fires next."""
-        probe = next(self.inner.local_candidates(datetime.combine(self._sources(target)[1], time.max)), None)
-        while probe is not None:
+        """The next business day after `target` that may have wall times: the target of the inner schedule's
+        next occurrence, or else the next business day it could reach."""
+        after = self._sources(target)[1]
+        while (probe := next(self.inner.local_candidates(datetime.combine(after, time.max)), None)) is not None:
             day = probe.date()
-            found = self._target(day) if self.move != "skip" or self.days.is_business(day) else self.days.step(day, 1)
-            if found is None or found > target:
+            found = self.target(day)
+            if found is not None and found > target:
                 return found
-            probe = next(self.inner.local_candidates(datetime.combine(day, time.max)), None)
+            # `day`'s occurrences are skipped or land on `target` or earlier: look from the next business day's
+            # first source day on
+            later = self.days.step(day, 1)
+            if later is None or quiet(later, target, self.days, False):
+                return None
+            after = max(day, _shift(later, -MOVE_RUN) if self.move == "next" else later - DAY)
         return None
 
     def _preceding(self, target: date) -> date | None:
         """The last business day before `target` that may have wall times."""
-        probe = next(self.inner.local_candidates_before(datetime.combine(self._sources(target)[0], time())), None)
-        while probe is not None:
+        before = self._sources(target)[0]
+        while (probe := next(self.inner.local_candidates_before(datetime.combine(before, time())), None)) is not None:
             day = probe.date()
-            found = self._target(day) if self.move != "skip" or self.days.is_business(day) else self.days.step(day, -1)
-            if found is None or found < target:
+            found = self.target(day)
+            if found is not None and found < target:
                 return found
-            probe = next(self.inner.local_candidates_before(datetime.combine(day, time())), None)
+            earlier = self.days.step(day, -1)
+            if earlier is None or quiet(earlier, target, self.days, True):
+                return None
+            before = min(day, _shift(earlier, MOVE_RUN) if self.move == "previous" else earlier + DAY)
         return None
 
     def local_candidates(self, after_local: datetime) -> Iterator[datetime]:

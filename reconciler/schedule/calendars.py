@@ -40,6 +40,9 @@ class CalendarSchedule(WallClockSchedule):
         months = (day.year - self.anchor.year) * 12 + day.month - self.anchor.month
         return months // (self.every * (12 if self.unit == "years" else 1)) - 1
 
+    def day_times(self) -> frozenset[time]:
+        return frozenset(self.times)
+
     def local_candidates(self, after_local: datetime) -> Iterator[datetime]:
         k = max(0, self._index_before(after_local.date()))
         while True:

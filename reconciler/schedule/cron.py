@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, time
 
 from croniter import CroniterBadDateError, croniter
 
@@ -36,6 +36,15 @@ class CronSchedule(WallClockSchedule):
                 yield walker.get_next(datetime)
             except CroniterBadDateError:  # no date ever matches (e.g. "0 0 30 2 *")
                 return
+
+    def day_times(self) -> frozenset[time]:
+        # A cron's time fields do not depend on its date fields: each day it fires has every combination.
+        minutes, hours = croniter(self.expr, datetime(2000, 1, 1), day_or=True).expanded[:2]
+        return frozenset(
+            time(int(hour), int(minute))
+            for hour in (range(24) if hours == ["*"] else hours)
+            for minute in (range(60) if minutes == ["*"] else minutes)
+        )
 
     def local_candidates_before(self, before_local: datetime) -> Iterator[datetime]:
         # A walker of its own (next_fire's may be mid-walk), made once and rewound like next_fire's.

@@ -27,6 +27,7 @@ class Excluded:
 
 
 MOVED = {"next": "moved to the next business day", "previous": "moved to the previous business day"}
+NOWHERE = "skipped: no business day within 365 days to move to"
 
 
 def excluded_between(schedule: Schedule, after: datetime, until: datetime, limit: int = MAX_EXCLUDED) -> list[Excluded]:
@@ -38,9 +39,12 @@ def excluded_between(schedule: Schedule, after: datetime, until: datetime, limit
     days = blackouts.inner if blackouts is not None else schedule
     if isinstance(days, OnBusinessDays):
         for fire in fires_between(days.inner, after, until, limit)[0]:
-            reason = days.days.reason(fire.at.astimezone(days.zone).date())
+            day = fire.at.astimezone(days.zone).date()
+            reason = days.days.reason(day)
             if reason is not None:
-                found.append(Excluded(fire.at, f"{reason}; {MOVED[days.move]}" if days.move in MOVED else reason))
+                if days.move in MOVED:
+                    reason += f"; {MOVED[days.move] if days.target(day) is not None else NOWHERE}"
+                found.append(Excluded(fire.at, reason))
     if blackouts is not None:
         for fire in fires_between(days, after, until, limit)[0]:
             span = blackouts.blackouts.span(fire.at)

@@ -12,6 +12,8 @@ from zoneinfo import ZoneInfo
 
 from reconciler.clock import when_text
 from reconciler.schedule.base import DST_MARGIN, HORIZON, Fire, Schedule, require_aware
+from reconciler.schedule.blackout import WithBlackouts
+from reconciler.schedule.business import OnBusinessDays
 from reconciler.schedule.cron import matches_every_year
 from reconciler.schedule.triggers import trigger_instants
 from reconciler.schedule.walltime import transition_between
@@ -109,6 +111,9 @@ def never_fires(spec: TaskSpec, schedule: Schedule, now: datetime) -> tuple[str,
     upcoming_at = schedule.next_fire_time(now)
     if upcoming_at is not None and upcoming_at <= limit:
         return None
+    excluding = _excluding(spec, schedule, now) if upcoming_at is None else None
+    if excluding is not None:
+        return excluding
     if "start_at" in instants and instants["start_at"] > limit:
         key = "trigger.start_at"
     elif upcoming_at is None and "end_at" in instants:
@@ -127,6 +132,20 @@ def never_fires(spec: TaskSpec, schedule: Schedule, now: datetime) -> tuple[str,
         lacking = "a day its months lack, such as 30 February?"
         return key, f"{trigger.expr!r} matches no date ({lacking}), so this task will not fire"
     return key, "no occurrence in the next ten years, so this task will not fire"
+
+
+def _excluding(spec: TaskSpec, schedule: Schedule, now: datetime) -> tuple[str, str] | None:
+    """When the trigger fires but the task's calendars take every occurrence away: which key and why."""
+    bare = schedule
+    while isinstance(bare, WithBlackouts | OnBusinessDays):
+        bare = bare.inner
+    if bare is schedule or bare.next_fire_time(now) is None:
+        return None
+    blackouts = list(spec.policy.blackouts or [])
+    names = ", ".join(filter(None, [getattr(spec.trigger, "business_days", None), *blackouts]))
+    key = "policy.blackouts" if blackouts else "trigger.business_days"
+    fix = "`reconciler next` lists the occurrences they exclude and why"
+    return key, f"its calendars ({names}) exclude every occurrence, so this task will not fire; {fix}"
 
 
 def _shown(moment: datetime, zone: ZoneInfo) -> str:

@@ -121,6 +121,10 @@ class WallClockSchedule:
         """Naive local wall times matching the schedule, descending, strictly before `before_local`."""
         raise NotImplementedError
 
+    def day_times(self) -> frozenset[time] | None:
+        """Every wall time of day the schedule can have, when each day it fires has all of them (None: unknown)."""
+        return None
+
     def _fires(self, local: datetime) -> list[Fire]:
         resolved = resolve_local(local, self.zone)
         if resolved.kind == "normal":

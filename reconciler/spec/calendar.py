@@ -150,14 +150,16 @@ def _window_problem(cron: str | None, duration: str | None, from_: Any, until: A
         return "cron needs duration (how long each window lasts), and duration needs cron"
     if any(value is None for value in fixed) and any(value is not None for value in fixed):
         return "from needs until (the end of the range, exclusive), and until needs from"
-    if from_ is not None and until is not None and _as_datetime(until) <= _as_datetime(from_):
+    start, end = _as_datetime(from_), _as_datetime(until)
+    if start is not None and end is not None and (start.tzinfo is None) == (end.tzinfo is None) and end <= start:
         return f"until ({until.isoformat()}) must be after from ({from_.isoformat()})"
-    return None
+    return None  # one with an offset and one without: compared once the calendar's zone resolves them
 
 
-def _as_datetime(value: date) -> datetime:
-    moment = value if isinstance(value, datetime) else datetime(value.year, value.month, value.day)
-    return moment.replace(tzinfo=None)
+def _as_datetime(value: date | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime(value.year, value.month, value.day)
 
 
 class BlackoutCalendar(Model):

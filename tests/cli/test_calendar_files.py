@@ -45,6 +45,16 @@ BAD_CALENDARS = {
         "window.0",
         "until (2026-12-19T00:00:00) must be after from",
     ),
+    "offsets": (  # 10:00 at -05:00 is 15:00 UTC, after the naive (UTC) until
+        'kind = "blackout"\n[[window]]\nfrom = 2026-12-24T10:00:00-05:00\nuntil = 2026-12-24T12:00:00\n',
+        "window.0.until",
+        "until must be after from (2026-12-24T12:00:00+00:00 is not after 2026-12-24T15:00:00+00:00)",
+    ),
+    "offsets-both": (
+        'kind = "blackout"\n[[window]]\nfrom = 2026-12-24T10:00:00-05:00\nuntil = 2026-12-24T14:00:00Z\n',
+        "window.0",
+        "until (2026-12-24T14:00:00+00:00) must be after from (2026-12-24T10:00:00-05:00)",
+    ),
     "both": (
         'kind = "blackout"\n[[window]]\ncron = "0 1 * * *"\nduration = "1h"\nfrom = 2026-12-20T00:00:00\n',
         "window.0",
