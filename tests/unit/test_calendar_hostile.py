@@ -7,7 +7,7 @@ of hanging the suite; the answers are checked against a day-by-day oracle.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -18,13 +18,11 @@ from hypothesis import strategies as st
 
 from reconciler.schedule.base import Schedule
 from tests.helpers import schedule
-from tests.unit.test_business_oracle import Cal, backwards, walked
+from tests.unit.test_business_oracle import Cal, backwards, source_days, walked
 
 pytestmark = pytest.mark.oracle
 
 GUARD = 120  # seconds: far beyond any answer here, short of a hung CI run
-MOVE_RUN = 365  # the farthest a moved occurrence travels, in days
-AT = time(9)
 EXPRESSIONS = ["0 9 1 * *", "0 9 * * 1", "0 9 29 2 *", "0 9 * * *", "0 9 31 12 *"]
 BASE = date(2026, 12, 1)
 
@@ -43,7 +41,7 @@ def guard() -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def cron_days(expr: str) -> Any:
+def cron_days(expr: str) -> Callable[[date], bool]:
     """The days the cron fires on (these expressions restrict at most one of day of month and weekday)."""
     dom, month, dow = expr.split()[2:]
 
@@ -58,24 +56,11 @@ def cron_days(expr: str) -> Any:
 
 
 def expected_days(cal: Cal, expr: str, move: str, low: date, high: date) -> list[date]:
-    """The business days in [low, high] on which the cron fires, day by day: a business day carries its own
-    occurrence and, moving, those of the non-business days before (next) or after (previous) it, up to 365
-    days away."""
+    """The business days in [low, high] on which the cron fires, day by day: one fires when the cron matches
+    any of its source days (itself and, moving, the non-business days that move to it)."""
     matches = cron_days(expr)
-    found = []
-    day = low
-    while day <= high:
-        if cal.business(day):
-            sources = [day]
-            step = -1 if move == "next" else 1
-            other = day + timedelta(days=step)
-            while move != "skip" and not cal.business(other) and abs((other - day).days) <= MOVE_RUN:
-                sources.append(other)
-                other += timedelta(days=step)
-            if any(matches(source) for source in sources):
-                found.append(day)
-        day += timedelta(days=1)
-    return found
+    days = (low + timedelta(days=n) for n in range((high - low).days + 1))
+    return [day for day in days if any(matches(source) for source in source_days(cal, day, move))]
 
 
 def seven_day_weekends() -> st.SearchStrategy[Cal]:
