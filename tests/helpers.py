@@ -53,14 +53,21 @@ def leases(dsn: str) -> int:
     return int(row[0]) if row else 0
 
 
+def one_row(dsn: str, query: str, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
+    """The one row a query returns, on a connection of its own."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query, params).fetchone()
+    assert row is not None, query
+    return tuple(row)
+
+
 def settled(dsn: str, expected: int) -> bool:
     """Every occurrence has a run row, none is still queued or running, and no lease is held."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*),"
-            " (SELECT count(*) FROM scheduler.run_leases) FROM scheduler.runs"
-        ).fetchone()
-    assert row is not None
+    row = one_row(
+        dsn,
+        "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*),"
+        " (SELECT count(*) FROM scheduler.run_leases) FROM scheduler.runs",
+    )
     return bool(row[0] == 0 and row[1] >= expected and row[2] == 0)
 
 

@@ -155,6 +155,7 @@ class RunPrinter:
         detail = last.error or f"HTTP {last.http_status}"
         tries = f", attempt {last.attempt}" if last.attempt > 1 else ""
         when = "manual run" if claimed.kind == "manual" else utc_text(claimed.scheduled_for)
+        when += " (backfill)" if claimed.kind == "backfill" else ""
         self._line(claimed.task_id, when, outcome.status, f"{detail}, {last.duration_ms} ms{tries}")
 
     @staticmethod

@@ -299,6 +299,34 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = add("cancel", "cli.db:cmd_cancel", "cancel a manual run that is still queued")
     cancel.add_argument("run_id", type=bounded(int, 1, 2**63 - 1), metavar="RUN_ID")
     _reason(cancel)
+    backfill = add(
+        "backfill",
+        "cli.backfill:cmd_backfill",
+        "re-run a past range of a task's occurrences [from, to) exactly; --list, --cancel N",
+    )
+    backfill.add_argument("id", nargs="?", metavar="ID", help="the task (with --list: only its backfills)")
+    backfill.add_argument(
+        "--from", dest="start", metavar="T", help="ISO date or date-time, included (no offset: the task's zone)"
+    )
+    backfill.add_argument("--to", dest="end", metavar="T", help="ISO date or date-time, excluded, at most now")
+    backfill.add_argument("--dry-run", action="store_true", help="print the occurrences; write nothing")
+    backfill.add_argument(
+        "--reprocess",
+        choices=["none", "failed", "all"],
+        default="none",
+        help="none: leave out occurrences with a run (default); failed: re-run those whose last run failed, was "
+        "missed, skipped or lost; all: every one",
+    )
+    backfill.add_argument(
+        "--wait", action="store_true", help="follow the runs; exit 0 if every one succeeded, 1 otherwise"
+    )
+    backfill.add_argument("--list", action="store_true", help="list backfills, newest first, with state and counts")
+    backfill.add_argument("--limit", type=LIMIT, default=50, help="with --list: at most this many")
+    backfill.add_argument(
+        "--cancel", type=bounded(int, 1, 2**63 - 1), metavar="N", help="drop what backfill N still has queued"
+    )
+    fmt(backfill, "json")
+    _reason(backfill)
     pause = add("pause", "cli.operator:cmd_pause", "pause tasks at runtime: their occurrences are skipped (not in git)")
     pause.add_argument("ids", nargs="*", metavar="ID", help="the tasks (or --source S: every task of that source)")
     _reason(pause, "why (required): shown in runs, status, explain, plan and the audit log")

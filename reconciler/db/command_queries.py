@@ -51,6 +51,7 @@ class RunRow(TypedDict):
     error: str | None
     duration_ms: int | None
     response_excerpt: str | None
+    backfill_id: int | None  # kind = 'backfill': the backfill it belongs to
 
 
 class StatusRow(TaskColumns):
@@ -108,6 +109,7 @@ class RunBetweenRow(TypedDict):
     http_status: int | None
     error: str | None
     response_excerpt: str | None
+    backfill_id: int | None
 
 
 class OutboxRow(TypedDict):

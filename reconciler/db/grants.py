@@ -30,6 +30,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "notifications": ("SELECT",),
         "pauses": ("SELECT",),
         "audit": ("SELECT",),
+        "backfills": ("SELECT",),
     },
     "applier": {
         "tasks": ("SELECT", "INSERT", "UPDATE", "DELETE"),
@@ -49,6 +50,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "pauses": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # every operator action's row; never rewritten or deleted by an operator command
         "audit": ("SELECT", "INSERT"),
+        # `backfill` records one (its runs are runs rows); `backfill --cancel` marks it cancelled
+        "backfills": ("SELECT", "INSERT", "UPDATE(cancelled_at, cancelled_by)"),
     },
     "engine": {
         "tasks": ("SELECT", "UPDATE(next_run_at)"),
@@ -66,6 +69,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "pauses": ("SELECT",),
         # retention deletes rows older than --keep-runs-days; no UPDATE: it cannot rewrite one
         "audit": ("SELECT", "DELETE"),
+        # read, never written: whether a lost backfill run is queued again (not when its backfill was cancelled)
+        "backfills": ("SELECT",),
     },
     # the read-only dashboard: SELECT on what its pages show, nothing else (no notifiers, no audit log)
     "dashboard": {
@@ -80,8 +85,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
 
 # What each role may run (for the README and the comments of the generated SQL).
 ROLE_COMMANDS: dict[str, str] = {
-    "planner": "plan, status, runs, notifications, explain, export, history, audit",
-    "applier": "the planner's commands, apply, watch, trigger, cancel, pause, resume",
+    "planner": "plan, status, runs, notifications, explain, export, history, audit, backfill --dry-run, --list",
+    "applier": "the planner's commands, apply, watch, trigger, cancel, pause, resume, backfill",
     "engine": "engine",
     "dashboard": "dashboard (and the pages `engine --metrics-addr` serves, on their own connections)",
 }

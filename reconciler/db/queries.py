@@ -42,6 +42,7 @@ class QueuedRow(TypedDict):
     run_id: int
     task_id: str
     scheduled_for: datetime
+    kind: str  # manual | backfill
     spec_text: str
     spec_key: int
 
@@ -163,9 +164,9 @@ def runs_insert(
     )
 
 
-def runs_start_manual(*, run_id: int, status: str, engine_id: str, now: datetime, error: str | None) -> Statement:
+def runs_start_queued(*, run_id: int, status: str, engine_id: str, now: datetime, error: str | None) -> Statement:
     return Statement(
-        "runs_start_manual", {"run_id": run_id, "status": status, "engine_id": engine_id, "now": now, "error": error}
+        "runs_start_queued", {"run_id": run_id, "status": status, "engine_id": engine_id, "now": now, "error": error}
     )
 
 

@@ -18,6 +18,17 @@
 -- Whether a task's stored spec names calendars (trigger.business_days, policy.blackouts).
 ({task}.spec -> 'trigger' ? 'business_days' OR {task}.spec -> 'policy' ? 'blackouts')
 
+-- fragment: backfill_may_start(run)
+-- Whether a queued run may start as far as the backfill rule goes (`run` the alias of its runs row, `t` of its
+-- task's row in the statement): anything but a backfill run may; a backfill run only while its task has no pause
+-- in force (a pause holds a backfill: it is an emergency stop) and when it is over (it holds its slot
+-- hold_seconds at most) before the task's next occurrence, so a backfill never delays the schedule.
+({run}.kind <> 'backfill'
+ OR (NOT EXISTS (SELECT 1 FROM scheduler.pauses p
+                  WHERE p.task_id = t.id AND (p.paused_until IS NULL OR p.paused_until > COALESCE(%(now)s::timestamptz, now())))
+     AND (t.next_run_at IS NULL OR NOT t.enabled
+          OR COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => COALESCE({run}.hold_seconds, 0)) <= t.next_run_at)))
+
 -- fragment: max_running_instances(task)
 -- A task's max_running_instances from its stored spec (`task` the alias of its tasks row): 1 unless a number,
 -- at most 1,000,000 (a hand edit may store anything).
@@ -296,22 +307,24 @@ SELECT id, {{run_spec(t)}} AS spec_text, hashtextextended({{run_spec(t)}}, 0) AS
   FROM scheduler.tasks t WHERE id = ANY(%(ids)b::text[]);
 
 -- name: claim_queued
--- Manual runs queued by `reconciler trigger`, oldest first, only as many of a task as it has
--- free slots (max_running_instances less its live leases): a run that must wait stays queued
--- and does not take a place in the batch. The claim counts the slots again under the task's
--- lock; this is the cheap first cut.
-SELECT r.id AS run_id, r.task_id, r.scheduled_for, {{run_spec(t)}} AS spec_text, hashtextextended({{run_spec(t)}}, 0) AS spec_key
+-- Queued runs: manual ones (`reconciler trigger`) and backfill ones, oldest first (manual runs before a
+-- task's backfill runs), only as many of a task as it has free slots (max_running_instances less its live
+-- leases): a run that must wait stays queued and does not take a place in the batch. The claim counts the
+-- slots again under the task's lock; this is the cheap first cut. A backfill run starts only when it is
+-- over before the task's next occurrence (see backfill_may_start).
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
+       hashtextextended({{run_spec(t)}}, 0) AS spec_key
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE r.id IN (
         SELECT q.id FROM (
-            SELECT id, task_id, row_number() OVER (PARTITION BY task_id ORDER BY id) AS place
+            SELECT id, task_id, row_number() OVER (PARTITION BY task_id ORDER BY kind = 'backfill', id) AS place
               FROM scheduler.runs WHERE status = 'queued') q
           JOIN scheduler.tasks s ON s.id = q.task_id
          WHERE {{of_sources(s.source)}}
            AND q.place <= {{max_running_instances(s)}}
                           - (SELECT count(*) FROM scheduler.run_leases l
                               WHERE l.task_id = q.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now())))
-   AND r.status = 'queued'
+   AND r.status = 'queued' AND {{backfill_may_start(r)}}
  ORDER BY r.id
  FOR UPDATE OF r SKIP LOCKED
  LIMIT %(batch)s;
@@ -324,7 +337,7 @@ RETURNING id, task_id;
 
 -- name: run_get
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-       http_status, error, duration_ms, response_excerpt
+       http_status, error, duration_ms, response_excerpt, backfill_id
   FROM scheduler.runs WHERE id = %(run_id)s;
 
 -- name: lock_tasks
@@ -358,7 +371,7 @@ WITH input AS (
     SELECT u.task_id, u.scheduled_for, u.kind, u.status, 0, %(engine_id)s, %(now)s,
            CASE WHEN u.status = 'running' THEN NULL ELSE %(now)s::timestamptz END, u.error
       FROM input u
-    ON CONFLICT (task_id, scheduled_for) WHERE kind <> 'manual' DO NOTHING
+    ON CONFLICT (task_id, scheduled_for) WHERE kind NOT IN ('manual', 'backfill') DO NOTHING
     RETURNING id, task_id, scheduled_for, status
 ), leased AS (
     INSERT INTO scheduler.run_leases (task_id, run_id, engine_id, expires_at)
@@ -369,7 +382,7 @@ WITH input AS (
 )
 SELECT i.id, u.n FROM inserted i JOIN input u ON u.task_id = i.task_id AND u.scheduled_for = i.scheduled_for;
 
--- name: runs_start_manual
+-- name: runs_start_queued
 UPDATE scheduler.runs SET status = %(status)s, engine_id = %(engine_id)s, claimed_at = %(now)s,
        finished_at = CASE WHEN %(status)s = 'running' THEN NULL ELSE %(now)s::timestamptz END,
        error = %(error)s
@@ -407,17 +420,34 @@ SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS sp
  ORDER BY r.id;
 
 -- name: runs_mark_lost
--- Runs whose lease expired by the database's clock: their engine died (or hung) while holding them.
+-- Runs whose lease expired by the database's clock: their engine died (or hung) while holding them. A lost
+-- backfill run is queued again (same occurrence, same Idempotency-Key) unless its backfill was cancelled or
+-- the occurrence was lost twice already: a backfill leaves no gap when engines are killed. (The count reads
+-- the statement's snapshot, where the run lost now is still running.)
 WITH expired AS (
     DELETE FROM scheduler.run_leases WHERE expires_at <= COALESCE(%(now)s::timestamptz, now()) RETURNING run_id, engine_id
+), lost AS (
+    UPDATE scheduler.runs r
+       SET status = 'lost', finished_at = COALESCE(%(now)s::timestamptz, now()),
+           error = 'lease expired: engine ' || e.engine_id || ' stopped before recording a result'
+      FROM expired e
+     WHERE r.id = e.run_id AND r.status = 'running'
+    RETURNING r.id, r.task_id, r.scheduled_for, r.error, r.kind, r.backfill_id, r.hold_seconds
+), requeued AS (
+    INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, backfill_id, hold_seconds)
+    SELECT l.task_id, l.scheduled_for, 'backfill', 'queued', 0, COALESCE(%(now)s::timestamptz, now()),
+           l.backfill_id, l.hold_seconds
+      FROM lost l
+     WHERE l.kind = 'backfill'
+       AND NOT EXISTS (SELECT 1 FROM scheduler.backfills b WHERE b.id = l.backfill_id AND b.cancelled_at IS NOT NULL)
+       AND (SELECT count(*) FROM scheduler.runs x
+             WHERE x.task_id = l.task_id AND x.scheduled_for = l.scheduled_for AND x.kind = 'backfill'
+               AND x.status = 'lost') < 2
+    ON CONFLICT (task_id, scheduled_for) WHERE kind = 'backfill' AND status IN ('queued', 'running') DO NOTHING
 )
-UPDATE scheduler.runs r
-   SET status = 'lost', finished_at = COALESCE(%(now)s::timestamptz, now()),
-       error = 'lease expired: engine ' || e.engine_id || ' stopped before recording a result'
-  FROM expired e
- WHERE r.id = e.run_id AND r.status = 'running'
-RETURNING r.id, r.task_id, r.scheduled_for, r.error,
-          (SELECT t.spec -> 'notify' FROM scheduler.tasks t WHERE t.id = r.task_id) AS notify;
+SELECT l.id, l.task_id, l.scheduled_for, l.error,
+       (SELECT t.spec -> 'notify' FROM scheduler.tasks t WHERE t.id = l.task_id) AS notify
+  FROM lost l;
 
 -- name: engine_heartbeat
 -- Returns the database's clock as the statement ran: the engine measures its own clock's offset from it.
@@ -434,13 +464,13 @@ RETURNING clock_timestamp() AS database_now;
 DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 
 -- name: nearest_due
--- queued: a manual run this engine could start now (one waiting for a slot wakes the engine
+-- queued: a manual or backfill run this engine could start now (one waiting for a slot wakes the engine
 -- through the NOTIFY the finishing engine sends, see runs_finish_notify).
 SELECT min(next_run_at) AS next_run_at, COALESCE(%(now)s::timestamptz, now()) AS now,
-       EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks s ON s.id = r.task_id
-                WHERE r.status = 'queued'
-                  AND {{of_sources(s.source)}}
-                  AND {{max_running_instances(s)}}
+       EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
+                WHERE r.status = 'queued' AND {{backfill_may_start(r)}}
+                  AND {{of_sources(t.source)}}
+                  AND {{max_running_instances(t)}}
                       > (SELECT count(*) FROM scheduler.run_leases l
                           WHERE l.task_id = r.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))) AS queued
   FROM scheduler.tasks
@@ -462,13 +492,13 @@ RETURNING id;
 -- gives, as in status_rows): the branch whose task_id does not apply is planned away.
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt
+            http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt
+            http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY task_id DESC, id DESC LIMIT %(limit)s)) AS listed
@@ -663,15 +693,21 @@ DELETE FROM scheduler.audit WHERE id IN (
      LIMIT %(batch)s);
 
 -- name: runs_between
--- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi]. Two parts, so
--- each reads its index (runs_occurrence_uniq, runs_manual_idx) rather than all of the task's runs.
+-- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi]. Three parts, so
+-- each reads its index (runs_occurrence_uniq, runs_backfill_idx, runs_manual_idx) rather than all of
+-- the task's runs.
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt
+       response_excerpt, backfill_id
   FROM scheduler.runs
- WHERE task_id = %(task_id)s AND kind <> 'manual' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
+ WHERE task_id = %(task_id)s AND kind NOT IN ('manual', 'backfill') AND scheduled_for BETWEEN %(lo)s AND %(hi)s
 UNION ALL
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt
+       response_excerpt, backfill_id
+  FROM scheduler.runs
+ WHERE task_id = %(task_id)s AND kind = 'backfill' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
+UNION ALL
+SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
+       response_excerpt, backfill_id
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind = 'manual' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
  ORDER BY scheduled_for, id;
@@ -789,6 +825,91 @@ SELECT id, at, actor, action, source, task_ids, reason, details
 SELECT name FROM unnest(%(names)s::text[]) AS name
  WHERE coalesce(has_table_privilege(to_regclass('scheduler.' || name), 'SELECT'), false);
 
+-- ============================================================== backfill
+
+-- name: backfill_lock
+-- A backfill queues its runs under its task's row lock: two backfills of one task serialize, and no claim
+-- advances the task while one reads next_run_at (claims skip the locked row for that moment).
+SELECT id FROM scheduler.tasks WHERE id = %(id)s FOR UPDATE;
+
+-- name: backfill_task
+-- The task as an engine compiles it (run_spec), its pause in force (NULLs: none), and the database's clock.
+SELECT t.id, t.source, t.enabled, t.next_run_at, {{run_spec(t)}} AS spec_text, now() AS now,
+       p.paused_by, p.reason AS paused_reason, p.paused_until
+  FROM scheduler.tasks t
+  LEFT JOIN scheduler.pauses p ON p.task_id = t.id AND (p.paused_until IS NULL OR p.paused_until > now())
+ WHERE t.id = %(id)s;
+
+-- name: backfill_runs
+-- The newest run (but manual ones) of each instant of [lo, hi) of a task that has any: what --reprocess
+-- decides by. Through runs_occurrence_uniq and runs_backfill_idx.
+SELECT DISTINCT ON (scheduled_for) scheduled_for, id, kind, status, backfill_id
+  FROM scheduler.runs
+ WHERE task_id = %(task_id)s AND kind <> 'manual' AND scheduled_for >= %(lo)s AND scheduled_for < %(hi)s
+ ORDER BY scheduled_for, id DESC;
+
+-- name: backfill_insert
+INSERT INTO scheduler.backfills (task_id, source, range_from, range_to, reprocess, actor, reason, queued)
+VALUES (%(task_id)s, %(source)s, %(range_from)s, %(range_to)s, %(reprocess)s, %(actor)s, %(reason)s, %(queued)s)
+RETURNING id;
+
+-- name: backfill_queue
+-- The backfill's runs, oldest first (ids ascending: claims start them in that order). An occurrence with a
+-- backfill run queued or running already is not queued twice (runs_backfill_pending_uniq).
+INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, backfill_id, hold_seconds)
+SELECT %(task_id)s, u.at, 'backfill', 'queued', 0, now(), %(backfill_id)s, %(hold_seconds)s
+  FROM unnest(%(scheduled)s::timestamptz[]) WITH ORDINALITY AS u(at, n)
+ ORDER BY u.n
+ON CONFLICT (task_id, scheduled_for) WHERE kind = 'backfill' AND status IN ('queued', 'running') DO NOTHING
+RETURNING scheduled_for;
+
+-- name: backfills_list
+-- Backfills, newest first (of task %(task_id)s when given), with the counts of their occurrences by the
+-- status of each one's newest run (a backfill run ends `skipped` only when dropped by a cancel); %(id)s:
+-- that one only.
+SELECT b.id, b.task_id, b.source, b.range_from, b.range_to, b.reprocess, b.actor, b.reason, b.queued,
+       b.created_at, b.cancelled_at, b.cancelled_by,
+       COALESCE(c.waiting, 0) AS waiting, COALESCE(c.running, 0) AS running,
+       COALESCE(c.succeeded, 0) AS succeeded, COALESCE(c.unsuccessful, 0) AS unsuccessful,
+       COALESCE(c.dropped, 0) AS dropped
+  FROM scheduler.backfills b
+  LEFT JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE status = 'queued') AS waiting,
+               count(*) FILTER (WHERE status = 'running') AS running,
+               count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+               count(*) FILTER (WHERE status IN ('failed', 'missed', 'lost')) AS unsuccessful,
+               count(*) FILTER (WHERE status = 'skipped') AS dropped
+          FROM (SELECT DISTINCT ON (scheduled_for) status FROM scheduler.runs
+                 WHERE backfill_id = b.id ORDER BY scheduled_for, id DESC) AS newest) c ON true
+ WHERE (%(task_id)s::text IS NULL OR b.task_id = %(task_id)s) AND (%(id)s::bigint IS NULL OR b.id = %(id)s)
+ ORDER BY b.id DESC
+ LIMIT %(limit)s;
+
+-- name: backfill_unsuccessful
+-- A backfill's occurrences whose newest run ended but not in success (nor was dropped), oldest first, with why.
+SELECT scheduled_for, id, status, http_status, error FROM (
+    SELECT DISTINCT ON (scheduled_for) scheduled_for, id, status, http_status, error
+      FROM scheduler.runs WHERE backfill_id = %(id)s ORDER BY scheduled_for, id DESC) AS newest
+ WHERE status IN ('failed', 'missed', 'lost')
+ ORDER BY scheduled_for
+ LIMIT %(limit)s;
+
+-- name: backfill_cancel_lock
+SELECT id, task_id, source, cancelled_at FROM scheduler.backfills WHERE id = %(id)s FOR UPDATE;
+
+-- name: backfill_drop
+-- `backfill --cancel N`: its runs still queued end `skipped` (never attempted; kept, as `reconciler cancel`
+-- keeps a manual run it cancels); runs in flight finish. A run a claim holds is waited for, then seen running
+-- and left. The count of runs dropped.
+WITH gone AS (
+    UPDATE scheduler.runs SET status = 'skipped', finished_at = now(), error = %(error)s
+     WHERE backfill_id = %(id)s AND status = 'queued'
+    RETURNING id
+), marked AS (
+    UPDATE scheduler.backfills SET cancelled_at = now(), cancelled_by = %(actor)s WHERE id = %(id)s
+)
+SELECT count(*)::integer AS dropped FROM gone;
+
 -- ============================================================== dashboard
 -- Read-only, each through an index, each page bounded by %(limit)s (docs/dashboard.md).
 
@@ -846,7 +967,7 @@ SELECT id, source, {{run_spec(t)}} AS spec_text, timezone FROM scheduler.tasks t
 -- As runs_list: every task's through runs_pkey, one task's through its (task_id, id) index.
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt
+            http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
@@ -855,7 +976,7 @@ SELECT * FROM (
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt
+            http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)

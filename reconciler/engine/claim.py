@@ -1,7 +1,7 @@
 """The claim: one transaction that decides what this engine fires now.
 
 Lock due task rows (SKIP LOCKED), decide each due occurrence (fire, missed, skipped: the
-pure `decide`), insert the run rows (ON CONFLICT DO NOTHING), start queued manual runs that
+pure `decide`), insert the run rows (ON CONFLICT DO NOTHING), start queued (manual, backfill) runs that
 have a free slot, take leases, advance next_run_at, commit. Only then are requests sent
 (by `runner.py`).
 """
@@ -44,7 +44,7 @@ class Decision:
     """What a claim does with one occurrence."""
 
     scheduled_for: datetime
-    kind: str  # scheduled | catchup | manual
+    kind: str  # scheduled | catchup
     status: Status
     error: str | None = None
 
@@ -197,9 +197,7 @@ def log_recorded(recorded: list[Recorded]) -> None:
 
 def lease_seconds(spec: TaskSpec, margin: float = 30.0) -> float:
     """How long a run may hold its slot: every attempt's timeout, every backoff, jitter, a margin."""
-    policy = spec.policy
-    attempts = policy.retries + 1
-    return float(spec.target.timeout_seconds) * attempts + policy.backoff_total + policy.jitter_seconds + margin
+    return spec.run_seconds + margin
 
 
 class Claimer:
@@ -263,7 +261,7 @@ class Claimer:
         return len(rows)
 
     async def claim(self, at: datetime | None, limit: int | None = None, finished: Sequence[int] = ()) -> Report:
-        """One transaction: record the due occurrences and queued manual runs, take leases, advance.
+        """One transaction: record the due occurrences, start queued manual and backfill runs, take leases, advance.
 
         `at` is None but in tests: what is due, which leases have expired and how late each occurrence
         is are judged by the database's clock (the transaction's now()), never by this engine's.
@@ -320,12 +318,12 @@ class Claimer:
                 held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
                 inserts.extend((task_id, d) for d in decisions)
                 advance[task_id] = following
-            manual, starts = self._start_manual(queued, held, now, report)
-            specs.update((run.task_id, run.spec) for run in manual)
+            begun, starts = self._start_queued(queued, held, now, report)
+            specs.update((run.task_id, run.spec) for run in begun)
             lease_for = {task_id: lease_seconds(spec, self.lease_margin) for task_id, spec in specs.items()}
             leased_at = time.monotonic()
             statements = [*self._insert_runs(inserts, lease_for, now), *starts]
-            statements += self._take_leases(manual, lease_for, now)
+            statements += self._take_leases(begun, lease_for, now)
             if advance:
                 statements.append(queries.tasks_advance(ids=list(advance), nexts=list(advance.values())))
             if events:  # last: the first statement's rows are the runs inserted (see below)
@@ -336,7 +334,7 @@ class Claimer:
         report.runs.extend(
             self._claimed(inserts, await queries.inserted_rows(sent[0]) if inserts else [], specs, report)
         )
-        report.runs.extend(manual)
+        report.runs.extend(begun)
         for run in report.runs:
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
             run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2
@@ -396,10 +394,10 @@ class Claimer:
                 report.record(task_id, decision.scheduled_for, decision.status, decision.error)
         return claimed
 
-    def _start_manual(
+    def _start_queued(
         self, queued: list[QueuedRow], held: dict[str, int], now: datetime, report: Report
     ) -> tuple[list[Claimed], list[Statement]]:
-        """The queued manual runs that start now (a task with a free slot), and their statements."""
+        """The queued runs (manual, backfill) that start now (a task with a free slot), and their statements."""
         claimed: list[Claimed] = []
         statements: list[Statement] = []
         for row in queued:
@@ -411,21 +409,21 @@ class Claimer:
                 status, error = "failed", f"invalid stored spec: {one_line(exc)}"
             else:
                 if held.get(task_id, 0) >= spec.policy.max_running_instances:
-                    continue  # a manual run is never skipped: it stays queued until a slot is free
+                    continue  # a queued run is never skipped: it stays queued until a slot is free
             statements.append(
-                queries.runs_start_manual(
+                queries.runs_start_queued(
                     run_id=row["run_id"], status=status, engine_id=self.engine_id, now=now, error=error
                 )
             )
             if status == "running":
                 held[task_id] = held.get(task_id, 0) + 1
-                claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], "manual", spec))
+                claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], row["kind"], spec))
             else:
                 report.record(task_id, row["scheduled_for"], status, error)
         return claimed, statements
 
     def _take_leases(self, runs: list[Claimed], leases: Mapping[str, float], now: datetime) -> list[Statement]:
-        """The statement taking the leases of started manual runs (none for none)."""
+        """The statement taking the leases of started queued runs (none for none)."""
         if not runs:
             return []
         statement = queries.leases_insert(

@@ -101,7 +101,13 @@ def _run_text(run: Mapping[str, Any]) -> str:
     if run.get("attempt"):
         parts.append(f"attempt {run['attempt']}")
     if late is not None and run["status"] != "queued":
-        parts.append(f"claimed {late:.1f} s after due" + (f" by {run['engine_id']}" if run.get("engine_id") else ""))
+        # a backfill run is late by design: when it was claimed says more than by how much
+        claimed = (
+            f"claimed {utc_text(run['claimed_at'])}"
+            if run.get("kind") == "backfill"
+            else f"claimed {late:.1f} s after due"
+        )
+        parts.append(claimed + (f" by {run['engine_id']}" if run.get("engine_id") else ""))
     text = ", ".join(parts)
     return f"{text}: {run['error']}" if run.get("error") else text
 
@@ -151,16 +157,24 @@ def explain(
     if window:
         lines.append(f"  window: {window}")
     lines.append(f"around {_when(at, zone)}:")
-    by_time = {r["scheduled_for"]: r for r in runs if r["kind"] != "manual"}
+    by_time = {r["scheduled_for"]: r for r in runs if r["kind"] not in ("manual", "backfill")}
+    backfilled: dict[datetime, list[Mapping[str, Any]]] = {}
+    for r in runs:
+        if r["kind"] == "backfill":
+            backfilled.setdefault(r["scheduled_for"], []).append(r)
     marked = False
     for fire in shown:
         if not marked and fire.at > at:
             lines.append(f"  ---- {utc_text(at)} (T)")
             marked = True
         run = by_time.get(fire.at)
+        again = backfilled.get(fire.at, [])
         outcome = _run_text(run) if run else _missing_text(task, fire, now)
         lines.append(f"  {fire_line(fire, zone)}  → {outcome}")
         lines += _under(run)
+        for other in again:
+            lines.append(f"    backfill #{other['backfill_id']} run {other['id']} → {_run_text(other)}")
+            lines += _under(other)
     if not shown:
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
     for fire in _skipped_by_gap_policy(spec, shown):

@@ -233,7 +233,7 @@ def runs_text(
             str(r["id"]),
             r["task_id"],
             utc_text(r["scheduled_for"]),
-            r["kind"],
+            f"backfill #{r['backfill_id']}" if r.get("backfill_id") else r["kind"],
             r["status"],
             str(r["attempt"]),
             str(r["http_status"] or "-"),

@@ -14,6 +14,7 @@ from reconciler.clock import when_text
 from reconciler.schedule.base import DST_MARGIN, HORIZON, Fire, Schedule, require_aware
 from reconciler.schedule.blackout import WithBlackouts
 from reconciler.schedule.business import OnBusinessDays
+from reconciler.schedule.catchup import TICK
 from reconciler.schedule.cron import matches_every_year
 from reconciler.schedule.triggers import trigger_instants
 from reconciler.schedule.walltime import transition_between
@@ -47,6 +48,11 @@ def fires_between(schedule: Schedule, start: datetime, end: datetime, limit: int
             return fires, True
         fires.append(fire)
         cursor = fire.at
+
+
+def fires_in(schedule: Schedule, start: datetime, end: datetime, limit: int) -> tuple[list[Fire], bool]:
+    """The occurrences in [start, end) (a backfill's range), at most `limit`, and whether more fall in it."""
+    return fires_between(schedule, start - TICK, end - TICK, limit)
 
 
 @lru_cache(maxsize=256)

@@ -142,6 +142,13 @@ class TaskSpec(Model):
                 raise ValueError(problem)
         return value
 
+    @property
+    def run_seconds(self) -> float:
+        """The longest a run of this task can take: every attempt's timeout, every backoff, the jitter."""
+        policy = self.policy
+        attempts = policy.retries + 1
+        return float(self.target.timeout_seconds) * attempts + policy.backoff_total + policy.jitter_seconds
+
     def normalized(self) -> dict[str, Any]:
         """The canonical JSON form stored in `scheduler.tasks.spec` (defaults filled in)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)

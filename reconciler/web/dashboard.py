@@ -50,7 +50,7 @@ ENGINES_SEEN_SECONDS = 3600.0  # /engines lists engines heard from in the last h
 REFRESH_SECONDS = 30  # the pages reload themselves this often (static/app.js)
 POOL_SIZE = 2  # the dashboard's own connections
 STATUSES = ("queued", "running", "succeeded", "failed", "missed", "skipped", "lost")
-KINDS = ("scheduled", "catchup", "manual", "retry")
+KINDS = ("scheduled", "catchup", "manual", "retry", "backfill")
 MAX_PARAM = 500  # characters of a query parameter
 SPEC_CACHE = 20_000  # parsed specs kept, by their text
 

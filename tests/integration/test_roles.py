@@ -7,6 +7,7 @@ They get a password too, so the tests also pass on a server that does not trust 
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import Iterator
 from datetime import timedelta
@@ -171,6 +172,24 @@ def test_applier_applies_moves_and_triggers(initialized: str, roles: Roles, task
     code, out, _ = cli(applier, tasks, "audit")
     actions = [line.split()[5] for line in out.splitlines()]
     assert actions == ["apply", "apply", "pause", "resume", "pause", "cancel", "trigger", "apply"], out
+
+
+def test_applier_backfills_and_cancels_the_planner_only_looks(initialized: str, roles: Roles, tasks: Path) -> None:
+    planner, applier = roles.create("bf_planner"), roles.create("bf_applier")
+    roles.grant(planner=planner, applier=applier)
+    assert cli(applier, tasks, "apply")[0] == 0
+    span = ["ping", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T01:00:00Z"]
+    code, out, err = cli(planner, tasks, "backfill", *span, "--dry-run")
+    assert code == 0 and "12 to queue" in out, err
+    code, _, err = cli(planner, tasks, "backfill", *span)
+    assert code == 1 and "permission denied" in one_error_line(err)
+    code, out, err = cli(applier, tasks, "backfill", *span, "--format", "json")
+    assert code == 0, err
+    backfill_id = json.loads(out)["backfill_id"]
+    code, out, err = cli(planner, tasks, "backfill", "--list")
+    assert code == 0 and "queued" in out, err
+    code, out, err = cli(applier, tasks, "backfill", "--cancel", str(backfill_id))
+    assert code == 0 and "12 queued run(s) dropped" in out, err
 
 
 async def test_engine_fires_but_may_not_rewrite_a_task(

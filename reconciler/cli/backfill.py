@@ -1,0 +1,152 @@
+"""`reconciler backfill`: list (dry run) or queue a past range of a task's occurrences, follow it (`--wait`),
+list backfills (`--list`), cancel one (`--cancel N`). Each function takes parsed arguments and returns an
+exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from reconciler.cli.options import DatabaseOptions
+from reconciler.cli.runtime import with_store
+from reconciler.db import backfill_queries
+from reconciler.db.backfill_queries import BackfillRow
+from reconciler.db.store import Store
+from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
+from reconciler.output import backfill as render
+from reconciler.output.text import json_rows, safe
+from reconciler.reconcile.audit import Operator
+from reconciler.reconcile.backfill import Listing, Queued, cancel, listing, queue
+
+WAIT_POLL_SECONDS = 0.5
+QUIET_HINT_SECONDS = 30.0  # --wait: no run ended for this long → say what it waits for, once
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list(args)
+    if args.cancel is not None:
+        return _cancel(args)
+    missing = [option for option, value in (("ID", args.id), ("--from", args.start), ("--to", args.end)) if not value]
+    if missing:
+        raise UserError(
+            f"backfill: give {', '.join(missing)}: `reconciler backfill ID --from T --to T` (or --list, --cancel N)"
+        )
+    if args.dry_run:
+        return _dry_run(args)
+    operator = Operator.resolve(args.actor, args.reason)
+
+    async def work(store: Store) -> int:
+        done = await queue(store, args.id, args.start, args.end, args.reprocess, operator)
+        _print_listing(done.listing, args.format, done)
+        if done.backfill_id is None or not args.wait:
+            return EXIT_OK
+        return await follow(store, done.backfill_id)
+
+    return with_store(DatabaseOptions.of(args), work)
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> Listing:
+        async with store.reading() as conn:
+            return await listing(conn, args.id, args.start, args.end, args.reprocess)
+
+    _print_listing(with_store(DatabaseOptions.of(args), work), args.format, None)
+    return EXIT_OK
+
+
+def _print_listing(found: Listing, fmt: str, done: Queued | None) -> None:
+    if fmt == "json":
+        item = found.as_json()
+        if done is not None:
+            item["backfill_id"] = done.backfill_id
+        print(json.dumps(item, indent=2, ensure_ascii=False))
+        return
+    print("\n".join(render.listing_lines(found)))
+    if done is None:
+        print("dry run: nothing written")
+    elif done.backfill_id is None:
+        print("nothing to queue: no backfill created")
+    else:
+        print(
+            f"queued backfill {done.backfill_id}: {len(found.queue)} run(s), oldest first (audit #{done.audit_id}); "
+            f"`reconciler backfill --list` follows it, `reconciler backfill --cancel {done.backfill_id}` drops what is "
+            "still queued",
+            flush=True,
+        )
+
+
+async def _read(store: Store, backfill_id: int) -> BackfillRow:
+    async with store.connection() as conn:
+        rows = await backfill_queries.backfills_list(conn, task_id=None, id=backfill_id, limit=1)
+    if not rows:
+        raise UserError(f"backfill {backfill_id} is gone")
+    return rows[0]
+
+
+async def follow(store: Store, backfill_id: int) -> int:
+    """Poll the backfill until nothing of it is queued or running; show progress; exit 0 iff every run succeeded."""
+    terminal = sys.stdout.isatty()
+    progress = render.Progress(backfill_id, terminal)
+    quiet_since, seen, hinted = time.monotonic(), -1, False
+    while True:
+        row = await _read(store, backfill_id)
+        text = progress.update(row)
+        if text is not None:
+            print(text, end="" if terminal else "\n", flush=True)
+        if row["waiting"] + row["running"] == 0:
+            break
+        if render.finished(row) != seen:
+            seen, quiet_since = render.finished(row), time.monotonic()
+        elif not hinted and time.monotonic() - quiet_since > QUIET_HINT_SECONDS:
+            hinted = True
+            print(
+                ("\n" if terminal else "")
+                + f"backfill {backfill_id}: no run ended in {QUIET_HINT_SECONDS:g} s: its runs wait for a free "
+                "slot, an engine of the task's source (`reconciler status` lists live engines), the end of a pause and "
+                "room before the task's next occurrence (`reconciler explain ID`); Ctrl-C stops waiting, not the "
+                "backfill",
+                flush=True,
+            )
+        await asyncio.sleep(WAIT_POLL_SECONDS)
+    if terminal:
+        print()
+    async with store.connection() as conn:
+        failures = await backfill_queries.backfill_unsuccessful(conn, id=backfill_id, limit=render.SHOWN_FAILURES)
+    print("\n".join(render.outcome_lines(row, failures)))
+    return EXIT_OK if render.succeeded_all(row) else EXIT_ERROR
+
+
+def _list(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> list[BackfillRow]:
+        async with store.reading() as conn:
+            return await backfill_queries.backfills_list(conn, task_id=args.id, id=None, limit=args.limit)
+
+    rows = with_store(DatabaseOptions.of(args), work)
+    if args.format == "json":
+        items = [{**item, "state": render.state(row)} for item, row in zip(json_rows(rows), rows, strict=True)]
+        print(json.dumps(items, indent=2, ensure_ascii=False))
+    elif not rows:
+        print("no backfills recorded" + (f" of {safe(args.id)}" if args.id else ""))
+    else:
+        print(render.list_text(rows))
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    operator = Operator.resolve(args.actor, args.reason)
+
+    async def work(store: Store) -> int:
+        done = await cancel(store, args.cancel, operator)
+        print(
+            safe(
+                f"cancelled backfill {done.backfill_id} of {done.task_id}: {done.dropped} queued run(s) dropped; "
+                f"runs in flight finish (audit #{done.audit_id})"
+            )
+        )
+        return EXIT_OK
+
+    return with_store(DatabaseOptions.of(args), work)

@@ -1,0 +1,250 @@
+"""`reconciler backfill` against a real PostgreSQL and a real HTTP server, engines in-process with injected time.
+
+The dry run lists exactly the brute-force oracle's occurrences (the fall-back night of Europe/Berlin included)
+and exactly what the real run queues; backfill runs carry their occurrence's Idempotency-Key, fire oldest first,
+never delay the task's own occurrences, and a second backfill of the same range queues nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+
+from reconciler.db.store import Store
+from reconciler.engine.loop import Engine
+from tests.builders import cli, cron, write_tasks
+from tests.httpserver import Recorder
+from tests.integration.engine_support import NOW, setup
+from tests.integration.test_notifications import apply_dirs, outbox, webhook
+from tests.unit.test_cron_oracle import Oracle
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+async def run(dsn: str, *args: str) -> tuple[int, str, str]:
+    """`reconciler ARGS` in a thread (it runs its own event loop)."""
+    return await asyncio.to_thread(cli, dsn, None, *args)
+
+
+async def backfill(dsn: str, *args: str) -> tuple[int, str, str]:
+    return await run(dsn, "--actor", "alice", "backfill", *args)
+
+
+async def backfill_json(dsn: str, *args: str) -> dict[str, object]:
+    code, out, err = await backfill(dsn, *args, "--format", "json")
+    assert code == 0, err
+    found: dict[str, object] = json.loads(out)
+    return found
+
+
+def instants(texts: object) -> list[datetime]:
+    assert isinstance(texts, list)
+    return [datetime.fromisoformat(text) for text in texts]
+
+
+def backfill_runs(dsn: str, backfill_id: object) -> list[dict[str, object]]:
+    with psycopg.connect(dsn, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute(
+            "SELECT id, task_id, scheduled_for, kind, status FROM scheduler.runs WHERE backfill_id = %s ORDER BY id",
+            (backfill_id,),
+        ).fetchall()
+
+
+@pytest.mark.parametrize("expr", ["30 2 * * *", "*/15 1-3 * * *"])
+async def test_dry_run_is_the_oracle_and_the_real_run_queues_it(
+    store: Store, dsn: str, tmp_path: Path, expr: str
+) -> None:
+    await setup(store, tmp_path, {"nightly": cron(expr=expr, top='timezone = "Europe/Berlin"')})
+    start, end = datetime(2026, 10, 23, tzinfo=BERLIN), datetime(2026, 10, 28, tzinfo=BERLIN)
+    minute = timedelta(minutes=1)  # the oracle steps in UTC minutes over (after, until]
+    expected = Oracle(expr, BERLIN).fires((start - minute).astimezone(UTC), (end - minute).astimezone(UTC))
+    assert any(moment.date().day == 25 for moment in expected)  # the fall-back night
+
+    dry = await backfill_json(dsn, "nightly", "--from", "2026-10-23", "--to", "2026-10-28", "--dry-run")
+    assert instants(dry["occurrences"]) == expected
+    assert dry["already_run"] == [] and dry["excluded"] == []
+    code, text, _ = await backfill(dsn, "nightly", "--from", "2026-10-23", "--to", "2026-10-28", "--dry-run")
+    assert code == 0 and "dry run: nothing written" in text
+    assert f"{len(expected)} to queue, 0 already run, 0 excluded." in text
+    assert "(2026-10-25 00:30:00 UTC)" in text  # local and UTC, the night the clocks go back included
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM scheduler.runs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM scheduler.backfills").fetchone() == (0,)
+
+    real = await backfill_json(dsn, "nightly", "--from", "2026-10-23", "--to", "2026-10-28", "--reason", "outage")
+    assert real["occurrences"] == dry["occurrences"]
+    queued = backfill_runs(dsn, real["backfill_id"])
+    assert [r["scheduled_for"] for r in queued] == expected  # oldest first, by id
+    assert {r["kind"] for r in queued} == {"backfill"} and {r["status"] for r in queued} == {"queued"}
+
+    again = await backfill_json(dsn, "nightly", "--from", "2026-10-23", "--to", "2026-10-28")
+    assert again["occurrences"] == [] and again["backfill_id"] is None
+    assert instants(again["already_run"]) == expected
+
+
+async def test_backfill_runs_fire_with_the_occurrence_key_then_nothing_is_queued_again(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/h", statuses=[200, 500, 200])  # the second occurrence fails
+    await setup(store, tmp_path, {"h": cron(f"{url}/h", expr="0 * * * *")})
+    real = await backfill_json(dsn, "h", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T06:00:00Z")
+    expected = [datetime(2026, 11, 1, hour, tzinfo=UTC) for hour in range(6)]
+    assert instants(real["occurrences"]) == expected
+    for _ in range(10):  # the task is due at 13:00; its backfill runs fit before that
+        await engine.run_once(NOW)
+    keys = [r.headers["Idempotency-Key"] for r in rec.paths("/h")]  # one at a time, oldest first
+    assert keys == [f"h@{moment.strftime('%Y-%m-%dT%H:%M:%SZ')}" for moment in expected]
+    statuses = [r["status"] for r in backfill_runs(dsn, real["backfill_id"])]
+    assert statuses == ["succeeded", "failed", "succeeded", "succeeded", "succeeded", "succeeded"]
+
+    code, text, _ = await backfill(dsn, "--list")
+    assert code == 0 and " done " in f" {text} " and "1/6" not in text and "6/6" in text
+    none = await backfill_json(dsn, "h", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T06:00:00Z")
+    assert none["occurrences"] == [] and len(instants(none["already_run"])) == 6
+    failed = await backfill_json(
+        dsn, "h", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T06:00:00Z", "--reprocess", "failed"
+    )
+    assert instants(failed["occurrences"]) == [expected[1]]  # a new attempt of the failed one, same key
+    await engine.run_once(NOW)
+    assert rec.paths("/h")[-1].headers["Idempotency-Key"] == "h@2026-11-01T01:00:00Z"
+    again = await backfill_json(
+        dsn, "h", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T06:00:00Z", "--reprocess", "failed"
+    )
+    assert again["occurrences"] == []
+    everything = await backfill_json(
+        dsn, "h", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T06:00:00Z", "--reprocess", "all", "--dry-run"
+    )
+    assert instants(everything["occurrences"]) == expected
+
+    code, runs_text, _ = await run(dsn, "runs", "h")
+    assert f"backfill #{real['backfill_id']}" in runs_text
+    code, explained, _ = await run(dsn, "explain", "h", "--at", "2026-11-01T01:00:00Z")
+    assert f"backfill #{real['backfill_id']} run " in explained and "→ failed" in explained
+
+
+async def test_backfill_runs_never_delay_the_schedule(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    # every 5 minutes, a run may take 60 s: a backfill run starts only when the next occurrence is 60 s away
+    await setup(store, tmp_path, {"f": cron(f"{url}/f", target="timeout_seconds = 60")})
+    await backfill_json(dsn, "f", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T01:00:00Z")
+    report = await engine.run_once(NOW + timedelta(minutes=4, seconds=30))  # 12:05 is 30 s away
+    assert report.fired == 0
+    report = await engine.run_once(NOW + timedelta(minutes=5))  # the task's own occurrence, on time
+    assert [r.headers["Idempotency-Key"] for r in rec.paths("/f")] == ["f@2026-12-02T12:05:00Z"]
+    report = await engine.run_once(NOW + timedelta(minutes=6))  # 12:10 is 4 minutes away: room for one
+    assert report.fired == 1 and rec.paths("/f")[-1].headers["Idempotency-Key"] == "f@2026-11-01T00:00:00Z"
+
+
+async def test_cancel_drops_what_is_queued(store: Store, dsn: str, engine: Engine, tmp_path: Path) -> None:
+    await setup(store, tmp_path, {"c": cron(expr="*/10 * * * *")})
+    real = await backfill_json(dsn, "c", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T02:00:00Z")
+    assert len(instants(real["occurrences"])) == 12
+    code, out, err = await run(dsn, "--actor", "bob", "backfill", "--cancel", str(real["backfill_id"]), "--reason", "x")
+    assert code == 0, err
+    assert f"cancelled backfill {real['backfill_id']} of c: 12 queued run(s) dropped" in out
+    dropped = backfill_runs(dsn, real["backfill_id"])  # kept as `skipped`, as `reconciler cancel` keeps a run
+    assert len(dropped) == 12 and {r["status"] for r in dropped} == {"skipped"}
+    code, _, err = await run(dsn, "backfill", "--cancel", str(real["backfill_id"]))
+    assert code == 1 and "already cancelled" in err
+    code, listed, _ = await backfill(dsn, "--list", "c")
+    assert "cancelled" in listed and "0/0" in listed
+    code, audit, _ = await run(dsn, "audit", "c")
+    assert "backfill" in audit and "cancel" in audit and "bob" in audit
+    await engine.run_once(NOW)
+    assert all(r["status"] == "skipped" for r in backfill_runs(dsn, real["backfill_id"]))  # none started
+    # a dropped occurrence has a run (skipped): --reprocess failed queues it again, none leaves it out
+    none = await backfill_json(dsn, "c", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T02:00:00Z")
+    assert none["occurrences"] == [] and len(instants(none["already_run"])) == 12
+    code, text, _ = await backfill(dsn, "c", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T02:00:00Z")
+    assert "0 to queue, 12 already run (--reprocess failed or all re-runs them)" in text
+    again = await backfill_json(
+        dsn, "c", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T02:00:00Z", "--reprocess", "failed"
+    )
+    assert len(instants(again["occurrences"])) == 12
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--from", "2026-11-02", "--to", "2026-11-01"), "is not before --to"),
+        (("--from", "2026-11-01", "--to", "2099-01-01"), "is in the future"),
+        (("--from", "yesterday", "--to", "2026-11-01"), "--from: 'yesterday' is not an ISO date"),
+        (("--from", "9999-12-31T23:59:59", "--to", "2026-11-01"), "--from"),
+        (("--from", "2026-10-25T02:30", "--to", "2026-11-01"), "happens twice (a DST overlap) in Europe/Berlin"),
+        (("--from", "2026-03-29T02:30", "--to", "2026-11-01"), "does not exist (a DST gap) in Europe/Berlin"),
+        (
+            ("--from", "2000-01-01", "--to", "2026-11-01"),  # the split point: the 10,001st occurrence
+            "more than 10,000 occurrences in [1999-12-31 23:00:00 UTC, 2026-10-31 23:00:00 UTC); a backfill queues at "
+            "most 10,000: backfill up to --to 2000-02-04T16:20:00+00:00 first",
+        ),
+    ],
+)
+async def test_bad_ranges_are_one_line_errors(
+    store: Store, dsn: str, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    await setup(store, tmp_path, {"b": cron(expr="*/5 * * * *", top='timezone = "Europe/Berlin"')})
+    code, out, err = await backfill(dsn, "b", *args, "--dry-run")
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert out == ""
+
+
+async def test_unknown_task_and_missing_options(store: Store, dsn: str, tmp_path: Path) -> None:
+    await setup(store, tmp_path, {"b": cron()})
+    code, _, err = await backfill(dsn, "nope", "--from", "2026-11-01", "--to", "2026-11-02")
+    assert code == 1 and "unknown task 'nope'" in err
+    code, _, err = await backfill(dsn, "b")
+    assert code == 1 and "give --from, --to" in err
+    code, _, err = await backfill(dsn, "--cancel", "12345")
+    assert code == 1 and "no backfill 12345" in err
+
+
+async def test_a_failed_backfill_run_notifies_the_task_s_subscribers(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/n", statuses=[500])
+    write_tasks(
+        tmp_path,
+        {
+            "notifiers.d/oncall": webhook(f"{url}/hook"),
+            "tasks.d/n": f'[trigger]\nkind = "cron"\nexpr = "0 * * * *"\n[target]\nurl = "{url}/n"\n'
+            '[notify]\nfailure = ["oncall"]\n',
+        },
+    )
+    await apply_dirs(store, tmp_path, NOW)
+    await backfill_json(dsn, "n", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T01:00:00Z")
+    await engine.run_once(NOW)
+    [event] = outbox(dsn)
+    assert event["event"] == "failure" and event["task_id"] == "n"
+    assert event["scheduled_for"] == datetime(2026, 11, 1, tzinfo=UTC)
+
+
+async def test_a_pause_holds_backfill_runs_until_resume(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    await setup(store, tmp_path, {"p": cron(f"{url}/p", expr="0 * * * *")})
+    code, _, err = await run(dsn, "pause", "p", "--reason", "incident")
+    assert code == 0, err
+    code, text, _ = await backfill(dsn, "p", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T02:00:00Z")
+    assert code == 0 and "p is paused by" in text and "its backfill runs wait until the pause ends" in text
+    await engine.run_once(NOW)
+    assert rec.paths("/p") == []  # an emergency stop holds the backfill too
+    assert await engine.sleep_seconds(NOW) > 0  # and a held backfill run does not keep the engine awake
+    code, _, err = await run(dsn, "resume", "p")
+    assert code == 0, err
+    await engine.run_once(NOW)
+    await engine.run_once(NOW)
+    assert [r.headers["Idempotency-Key"] for r in rec.paths("/p")] == [
+        "p@2026-11-01T00:00:00Z",
+        "p@2026-11-01T01:00:00Z",
+    ]
