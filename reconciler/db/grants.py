@@ -50,8 +50,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "pauses": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # every operator action's row; never rewritten or deleted by an operator command
         "audit": ("SELECT", "INSERT"),
-        # `backfill` records one (its runs are runs rows); `backfill --cancel` marks it cancelled
-        "backfills": ("SELECT", "INSERT", "UPDATE(cancelled_at, cancelled_by)"),
+        # `backfill` records one (its runs are runs rows); `backfill --cancel` marks it cancelled; a move moves it
+        "backfills": ("SELECT", "INSERT", "UPDATE(task_id, cancelled_at, cancelled_by)"),
     },
     "engine": {
         "tasks": ("SELECT", "UPDATE(next_run_at)"),

@@ -201,6 +201,15 @@ UPDATE scheduler.run_leases SET task_id = %(id)s WHERE task_id = %(old_id)s;
 -- name: task_delete
 DELETE FROM scheduler.tasks WHERE id = %(id)s;
 
+-- name: runs_queued_drop
+-- With task_delete: the task's queued runs (manual, backfill) will never start; they end `skipped`, saying why.
+UPDATE scheduler.runs SET status = 'skipped', finished_at = %(now)s, error = 'dropped: the task was deleted by an apply'
+ WHERE task_id = %(id)s AND status = 'queued';
+
+-- name: backfills_move
+-- With runs_move: a moved task's backfills follow it (`backfill --list ID` of the new id).
+UPDATE scheduler.backfills SET task_id = %(id)s WHERE task_id = %(old_id)s;
+
 -- name: pause_delete
 -- With task_delete: a deleted task's pause goes with it (a task re-created under its id is not paused).
 DELETE FROM scheduler.pauses WHERE task_id = %(id)s;

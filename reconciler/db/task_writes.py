@@ -42,9 +42,11 @@ class TaskWrites:
         return {**values, "now": self._now, "revision": self._revision}
 
     def delete(self, task_id: str) -> None:
-        """The task's row, and its pause: a task created again under its id starts unpaused."""
+        """The task's row, and its pause (a task created again under its id starts unpaused); its queued runs
+        end `skipped` (no engine would ever start them)."""
         self._add("task_delete", {"id": task_id})
         self._add("pause_delete", {"id": task_id})
+        self._add("runs_queued_drop", {"id": task_id, "now": self._now})
 
     def create(self, values: TaskValues, source: str) -> None:
         self._add("task_insert", {**self._row(values), "source": source})
@@ -54,9 +56,10 @@ class TaskWrites:
         self._add("task_update", {**self._row(values), "old_id": old_id, "keep_next": keep_next})
 
     def move_history(self, task_id: str, old_id: str) -> None:
-        """The runs, leases and pause of `old_id` follow the task to its new id."""
+        """The runs, leases, backfills and pause of `old_id` follow the task to its new id."""
         ids = {"id": task_id, "old_id": old_id}
         self._add("runs_move", ids)
+        self._add("backfills_move", ids)
         self._add("leases_move", ids)
         self._add("pause_move", ids)
 

@@ -119,7 +119,7 @@ def succeeded_all(row: Mapping[str, Any]) -> bool:
 def outcome_lines(row: Mapping[str, Any], failures: Sequence[UnsuccessfulRow]) -> list[str]:
     """The end of `--wait`: all succeeded, or which occurrences did not and why (the first SHOWN_FAILURES)."""
     name = f"backfill {row['id']} of {row['task_id']}"
-    dropped = f"; {row['dropped']} never ran (dropped by a cancel)" if row["dropped"] else ""
+    dropped = f"; {row['dropped']} never ran (dropped: cancelled, or the task deleted)" if row["dropped"] else ""
     if not row["unsuccessful"]:
         every = "all " if not row["dropped"] else ""
         return [safe(f"{name}: {every}{row['succeeded']} run(s) succeeded{dropped}")]

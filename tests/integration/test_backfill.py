@@ -248,3 +248,21 @@ async def test_a_pause_holds_backfill_runs_until_resume(
         "p@2026-11-01T00:00:00Z",
         "p@2026-11-01T01:00:00Z",
     ]
+
+
+async def test_a_moved_task_keeps_its_backfill_and_a_deleted_one_drops_its_queued_runs(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
+    await setup(store, tmp_path, {"a": cron(expr="0 * * * *"), "keep": cron()})
+    real = await backfill_json(dsn, "a", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T03:00:00Z")
+    (tmp_path / "a.toml").unlink()
+    await setup(store, tmp_path, {"b": 'moved_from = "a"\n' + cron(expr="0 * * * *")})
+    code, listed, _ = await backfill(dsn, "--list", "b")
+    assert code == 0 and f"{real['backfill_id']}  b " in listed and "queued" in listed
+    assert {r["task_id"] for r in backfill_runs(dsn, real["backfill_id"])} == {"b"}
+    (tmp_path / "b.toml").unlink()
+    await setup(store, tmp_path, {})  # b deleted: its queued runs could never start
+    dropped = backfill_runs(dsn, real["backfill_id"])
+    assert [r["status"] for r in dropped] == ["skipped"] * 3
+    rows = json.loads((await backfill(dsn, "--list", "--format", "json"))[1])
+    assert rows[0]["state"] == "done" and rows[0]["dropped"] == 3

@@ -54,6 +54,7 @@ def test_the_outcome_names_what_did_not_succeed_and_masks_secrets() -> None:
 def test_a_cancelled_backfill_is_not_all_succeeded() -> None:
     row = reading(10, dropped=30, cancelled_at=datetime(2026, 11, 1, tzinfo=UTC))
     assert state(row) == "cancelled" and not succeeded_all(row)
-    assert outcome_lines(row, []) == ["backfill 7 of nightly: 10 run(s) succeeded; 30 never ran (dropped by a cancel)"]
+    dropped = "backfill 7 of nightly: 10 run(s) succeeded; 30 never ran (dropped: cancelled, or the task deleted)"
+    assert outcome_lines(row, []) == [dropped]
     assert state(reading(40)) == "done" and succeeded_all(reading(40))
     assert state(reading(0)) == "queued" and state(reading(3, running=1)) == "running"
