@@ -321,19 +321,27 @@ SELECT id, {{run_spec(t)}} AS spec_text, hashtextextended({{run_spec(t)}}, 0) AS
 -- leases): a run that must wait stays queued and does not take a place in the batch. The claim counts the
 -- slots again under the task's lock; this is the cheap first cut. A backfill run starts only when it is
 -- over before the task's next occurrence (see backfill_may_start).
+-- The runs that may start are chosen first, from one reading of the queued runs (the places numbered once:
+-- `q`), then locked by id. A backfill queues thousands of runs at once, before statistics know of them;
+-- planned as one join, the queued runs were read again for each queued run (10,000: minutes per claim).
+-- `place <= max_running_instances` before the lease count only saves counting for runs that cannot start.
+WITH q AS MATERIALIZED (
+    SELECT id, task_id, kind, hold_seconds,
+           row_number() OVER (PARTITION BY task_id ORDER BY kind = 'backfill', id) AS place
+      FROM scheduler.runs WHERE status = 'queued'
+)
 SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
        hashtextextended({{run_spec(t)}}, 0) AS spec_key
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
- WHERE r.id IN (
-        SELECT q.id FROM (
-            SELECT id, task_id, row_number() OVER (PARTITION BY task_id ORDER BY kind = 'backfill', id) AS place
-              FROM scheduler.runs WHERE status = 'queued') q
-          JOIN scheduler.tasks s ON s.id = q.task_id
-         WHERE {{of_sources(s.source)}}
-           AND q.place <= {{max_running_instances(s)}}
+ WHERE r.id = ANY(ARRAY(
+        SELECT q.id FROM q JOIN scheduler.tasks t ON t.id = q.task_id
+         WHERE {{of_sources(t.source)}}
+           AND q.place <= {{max_running_instances(t)}}
+           AND q.place <= {{max_running_instances(t)}}
                           - (SELECT count(*) FROM scheduler.run_leases l
-                              WHERE l.task_id = q.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now())))
-   AND r.status = 'queued' AND {{backfill_may_start(r)}}
+                              WHERE l.task_id = q.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))
+           AND {{backfill_may_start(q)}}))
+   AND r.status = 'queued'
  ORDER BY r.id
  FOR UPDATE OF r SKIP LOCKED
  LIMIT %(batch)s;
@@ -474,10 +482,15 @@ DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 
 -- name: nearest_due
 -- queued: a manual or backfill run this engine could start now (one waiting for a slot wakes the engine
--- through the NOTIFY the finishing engine sends, see runs_finish_notify).
+-- through the NOTIFY the finishing engine sends, see runs_finish_notify). The queued runs are read once
+-- through runs_status_idx and reduced to what decides (a 10,000-run backfill is one row): as an EXISTS over
+-- the runs table, the planner scanned the whole table for queued rows that sit at its end.
+WITH queued AS MATERIALIZED (
+    SELECT DISTINCT task_id, kind, hold_seconds FROM scheduler.runs WHERE status = 'queued'
+)
 SELECT min(next_run_at) AS next_run_at, COALESCE(%(now)s::timestamptz, now()) AS now,
-       EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
-                WHERE r.status = 'queued' AND {{backfill_may_start(r)}}
+       EXISTS (SELECT 1 FROM queued r JOIN scheduler.tasks t ON t.id = r.task_id
+                WHERE {{backfill_may_start(r)}}
                   AND {{of_sources(t.source)}}
                   AND {{max_running_instances(t)}}
                       > (SELECT count(*) FROM scheduler.run_leases l
@@ -851,10 +864,16 @@ SELECT t.id, t.source, t.enabled, t.next_run_at, {{run_spec(t)}} AS spec_text, n
 
 -- name: backfill_runs
 -- The newest run (but manual ones) of each instant of [lo, hi) of a task that has any: what --reprocess
--- decides by. Through runs_occurrence_uniq and runs_backfill_idx.
-SELECT DISTINCT ON (scheduled_for) scheduled_for, id, kind, status, backfill_id
-  FROM scheduler.runs
- WHERE task_id = %(task_id)s AND kind <> 'manual' AND scheduled_for >= %(lo)s AND scheduled_for < %(hi)s
+-- decides by. Two parts, so each reads its index (runs_occurrence_uniq, runs_backfill_idx): `kind <> 'manual'`
+-- matches neither partial index, and a task's whole history would be read.
+SELECT DISTINCT ON (scheduled_for) scheduled_for, id, kind, status, backfill_id FROM (
+    SELECT scheduled_for, id, kind, status, backfill_id FROM scheduler.runs
+     WHERE task_id = %(task_id)s AND kind NOT IN ('manual', 'backfill')
+       AND scheduled_for >= %(lo)s AND scheduled_for < %(hi)s
+    UNION ALL
+    SELECT scheduled_for, id, kind, status, backfill_id FROM scheduler.runs
+     WHERE task_id = %(task_id)s AND kind = 'backfill' AND scheduled_for >= %(lo)s AND scheduled_for < %(hi)s
+) AS occurrence_runs
  ORDER BY scheduled_for, id DESC;
 
 -- name: backfill_insert
