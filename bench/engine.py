@@ -12,7 +12,10 @@ In one run, on the same sink (`bench/sink.py`, a raw asyncio server on 127.0.0.1
 (d) the top-of-the-hour burst: 10,000 tasks on one cron minute, 3 engines, fire lag p50/p99/max;
 (e) slow targets: 2,000 tasks due at once, the sink answering after 200 ms, one engine with
     --concurrency 500: fires/s against the bound concurrency / latency;
-(f) the peak RSS (VmHWM) of every engine process.
+(f) the peak RSS (VmHWM) of every engine process;
+(g) the cost of limits: the 1-engine run of (a) again with every task counted against one limit that never binds
+    (max_in_flight and rate_per_second far above what the run reaches), alternated with (a) ROUNDS times: the
+    claim locks and reads the limit, shares its room and writes its bucket back, where (a) skips all of that.
 Results: bench/results/engine.json.
 """
 
@@ -44,6 +47,7 @@ from reconciler.cli.parser import tune_gc
 from reconciler.db.embedded import embedded_dsn
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimer
+from reconciler.files.limits import load_limits
 from reconciler.files.tasks import load_dir
 from reconciler.reconcile.apply import apply_tasks
 from reconciler.targets.http import new_session
@@ -56,7 +60,9 @@ BATCH = 1000  # the engines' --batch, and the bare claim loops'
 SLOW_CONCURRENCY = 500
 LEAD_SECONDS = 6.0  # tasks fall due this long (plus 1 s per 600 files) after the apply starts: every engine waits
 ROUNDS = 5  # the 1-engine run, the client ceiling and the raw claim loop alternate this many times (medians compared)
-PAIRED = ("fire1", "client", "raw_claim")
+PAIRED = ("fire1", "client", "raw_claim", "fire1_limited")
+WIDE = "wide"  # (g)'s limit: never binding
+WIDE_FILE = "max_in_flight = 100000\nrate_per_second = 100000.0\n"  # limits.d/wide.toml
 QUIET_SECONDS = 15.0  # a scenario ends when everything arrived, or nothing arrived for this long
 MIB = 1024 * 1024
 
@@ -75,14 +81,14 @@ def due_soon(count: int) -> datetime:
     return datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=LEAD_SECONDS + count / 600)
 
 
-def once_soon(count: int, path: str = "fire") -> Due:
+def once_soon(count: int, path: str = "fire", policy: str = "") -> Due:
     """One-shot tasks all due at one second, shortly after their apply."""
     at = due_soon(count)
     stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
     return (
         lambda index, url: (
             f'[trigger]\nkind = "once"\nat = {stamp}\n[target]\nurl = "{url}/{path}/{index}"\n'
-            "timeout_seconds = 30\n[policy]\nmisfire_grace_seconds = 3600\n"
+            f"timeout_seconds = 30\n[policy]\nmisfire_grace_seconds = 3600\n{policy}"
         ),
         at,
     )
@@ -124,10 +130,13 @@ async def init_schema(dsn: str) -> None:
 
 
 async def apply_dir(dsn: str, root: Path) -> None:
+    """Apply the task files below `root`, with the limits of `limits.d` beside it ((g)'s)."""
     loaded = load_dir(root)
     assert not loaded.errors, loaded.errors[:3]
+    limits = load_limits(root.parent / "limits.d")
+    assert not limits.errors, limits.errors
     async with Store(dsn) as store:
-        await apply_tasks(store, loaded.tasks, "default", datetime.now(UTC))
+        await apply_tasks(store, loaded.tasks, "default", datetime.now(UTC), limits=limits)
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -385,6 +394,16 @@ def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
     steps: dict[str, Callable[[], Any]] = {
         "fire1": lambda: scenario(dsn, url, work, "fire1", 1, TASKS, once_soon, *engine_args),
         "fire3": lambda: scenario(dsn, url, work, "fire3", 3, TASKS, once_soon, *engine_args),
+        "fire1_limited": lambda: scenario(
+            dsn,
+            url,
+            work,
+            "fire1_limited",
+            1,
+            TASKS,
+            lambda n: once_soon(n, policy=f'limits = ["{WIDE}"]\n'),
+            *engine_args,
+        ),
         "client": lambda: asyncio.run(client_ceiling(url, TASKS, CONCURRENCY)),
         "raw_claim": lambda: raw_claim_loop(dsn, TASKS, BATCH),
         "engine_claim": lambda: asyncio.run(engine_claim_loop(dsn, TASKS, BATCH)),
@@ -392,6 +411,8 @@ def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
         "slow": lambda: scenario(dsn, url, work, "slow", 1, SLOW_TASKS, lambda n: once_soon(n, "slow"), *slow_args),
     }
     asyncio.run(init_schema(dsn))
+    (work / "limits.d").mkdir()
+    (work / "limits.d" / f"{WIDE}.toml").write_text(WIDE_FILE)
     chosen = [name for name in steps if not wanted or name in wanted]
     paired = [name for name in PAIRED if name in chosen]
     if len(paired) > 1:  # alternated, ROUNDS times each: see median_round
@@ -442,6 +463,10 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
             "bound_per_second": bound,
             "vs_bound": ratio(slow_rate, bound),
         },
+        "limited": got.get("fire1_limited"),
+        "limited_vs_unlimited": ratio(got["fire1_limited"]["fires_per_second"], one)
+        if "fire1_limited" in got
+        else None,
         "peak_rss_mib_max": max(max(got[k]["peak_rss_mib"]) for k in ("fire1", "fire3", "burst", "slow")),
     }
     for row in results["throughput"]:
@@ -469,6 +494,12 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
         f"peak RSS {slow['peak_rss_mib']} MiB"
     )
     print(f"(f) peak RSS of any engine: {results['peak_rss_mib_max']} MiB")
+    if results["limited"] is not None:
+        print(
+            f"(g) every task in one limit that never binds: {results['limited']['fires_per_second']} fires/s, "
+            f"{results['limited_vs_unlimited']} of (a)'s 1 engine without (medians of {ROUNDS} alternated rounds: "
+            f"limited {results['limited'].get('rounds')}, without {got['fire1'].get('rounds')})"
+        )
     return results
 
 

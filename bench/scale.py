@@ -78,7 +78,9 @@ def measure(conn: psycopg.Connection[Any], now: datetime) -> dict[str, Any]:
                 {"task_ids": ids, "scheduled": due, "kinds": ["scheduled"] * n, "statuses": ["running"] * n,
                  "errors": [None] * n, "engine_id": "bench", "now": now, "lease_ids": ids, "lease_seconds": [60.0] * n},
             )  # fmt: skip
-            conn.execute(QUERIES["tasks_advance"], {"ids": ids, "nexts": [now + timedelta(hours=1)] * n})
+            conn.execute(
+                QUERIES["tasks_advance"], {"ids": ids, "nexts": [now + timedelta(hours=1)] * n, "waits": [None] * n}
+            )
             whole.append(time.perf_counter() - start)
     assert len(got) == DUE, len(got)
     return {

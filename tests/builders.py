@@ -103,6 +103,17 @@ def cli(dsn: str | None, tasks: Path | None, *args: str) -> tuple[int, str, str]
     return run_main([*(["--dsn", dsn] if dsn else []), *(["--tasks-dir", str(tasks)] if tasks else []), *args])
 
 
+def unnamed_mistakes(stderr: str, folder: str, cases: Mapping[str, tuple[str, str]]) -> list[str]:
+    """The files of `cases` ({file name: (key, a piece of its message)}) that no line of `stderr` names as
+    `…FOLDER/NAME.toml:LINE: KEY: …PIECE…`: a `validate` run reports every mistake, one line each."""
+    lines = stderr.splitlines()
+    return [
+        name
+        for name, (key, piece) in cases.items()
+        if not any(f"{folder}/{name}.toml:" in line and f": {key}: " in line and piece in line for line in lines)
+    ]
+
+
 def reconciler_argv(*args: str) -> list[str]:
     """The command line of `python -m reconciler ARGS…` with this interpreter."""
     return [sys.executable, "-m", "reconciler", *args]

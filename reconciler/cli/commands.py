@@ -59,10 +59,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     noted = f" ({len(warnings)} warning(s) on stderr)" if warnings else ""
     read = f"{len(result.tasks)} task file(s) in {files.tasks_dir}"
-    if result.notifiers is not None and result.notifiers.present:
-        read += f" and {len(result.notifiers.by_name)} notifier file(s) in {result.notifiers.root}"
-    if result.calendars is not None and result.calendars.present:
-        read += f" and {len(result.calendars.by_name)} calendar file(s) in {result.calendars.root}"
+    for what, kind in (("notifier", result.notifiers), ("calendar", result.calendars), ("limit", result.limits)):
+        if kind is not None and kind.present:
+            read += f" and {len(kind.by_name)} {what} file(s) in {kind.root}"
     print(f"{read} are valid{noted}")
     return EXIT_OK
 
@@ -144,7 +143,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     options = verdict_options(VerdictOptions.of(args), files)
 
     async def work(store: Store, loaded: LoadResult) -> Plan:
-        return await read_plan(store, loaded.tasks, files.source, utcnow(), options, loaded.notifiers, loaded.calendars)
+        declared = (loaded.notifiers, loaded.calendars, loaded.limits)
+        return await read_plan(store, loaded.tasks, files.source, utcnow(), options, *declared)
 
     plan = with_files(files, DatabaseOptions.of(args), work)
     if plan is None:
@@ -195,7 +195,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     async def work(store: Store, loaded: LoadResult) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
         options = replace(verdict_options(verdict, files, saved, apply=True, revision=args.revision), operator=operator)
-        result = await apply_tasks(store, loaded.tasks, files.source, None, options, loaded.notifiers, loaded.calendars)
+        declared = (loaded.notifiers, loaded.calendars, loaded.limits)
+        result = await apply_tasks(store, loaded.tasks, files.source, None, options, *declared)
         print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK

@@ -108,7 +108,7 @@ def script(shell: str) -> str:
     for action in _actions(parser):
         if action.metavar == "ID":
             action.complete = TASK_IDS  # type: ignore[attr-defined]  # shtab reads this attribute
-        elif {"--tasks-dir", "--notifiers-dir", "--calendars-dir"} & set(action.option_strings):
+        elif {"--tasks-dir", "--notifiers-dir", "--calendars-dir", "--limits-dir"} & set(action.option_strings):
             action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
     return shtab.complete(parser, shell=shell)
 

@@ -1,5 +1,5 @@
-"""The declared files as the commands read them: tasks.d, notifiers.d and calendars.d, loaded, with every error
-reported, and the tasks bound to the calendars they name."""
+"""The declared files as the commands read them: tasks.d, notifiers.d, calendars.d and limits.d, loaded, with every
+error reported, and the tasks bound to the calendars they name."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from reconciler.cli.options import FilesOptions
 from reconciler.errors import UserError
 from reconciler.files.calendar_refs import bind_all, calendar_errors
 from reconciler.files.calendars import Calendars, load_calendars
+from reconciler.files.limit_refs import limit_errors
+from reconciler.files.limits import Limits, load_limits
 from reconciler.files.notifiers import Notifiers, load_notifiers
 from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import LoadResult, load_dir
@@ -25,10 +27,12 @@ def load_or_report(files: FilesOptions, loaded: LoadResult | None = None) -> Loa
     if loaded is None:
         result.errors += subscription_errors(result.tasks, {}, notifiers)
     with_calendars(result, files)
+    with_limits(result, files)
     for error in result.errors:
         err(str(error))
     if result.errors:
-        err(f"{len(result.errors)} error(s) in {read_dirs(files, notifiers, result.calendars)}; nothing was changed")
+        shown = read_dirs(files, notifiers, result.calendars, result.limits)
+        err(f"{len(result.errors)} error(s) in {shown}; nothing was changed")
         return None
     return result
 
@@ -42,15 +46,33 @@ def with_calendars(result: LoadResult, files: FilesOptions) -> None:
         result.tasks = bind_all(result.tasks, calendars)
 
 
-def read_dirs(files: FilesOptions, notifiers: Notifiers | None, calendars: Calendars | None = None) -> str:
-    """`tasks.d`, and `notifiers.d` / `calendars.d` when they are there: what a command read."""
-    dirs = [files.tasks_dir, *(kind.root for kind in (notifiers, calendars) if kind is not None and kind.present)]
+def with_limits(result: LoadResult, files: FilesOptions) -> None:
+    """limits.d loaded into `result`, with its errors and those of the limits the tasks name (a task standing on
+    its row is checked by the plan, on the row's spec)."""
+    result.limits = limits = limit_files(files)
+    result.errors += [*limits.errors, *limit_errors(result.tasks, limits)]
+
+
+def read_dirs(
+    files: FilesOptions,
+    notifiers: Notifiers | None,
+    calendars: Calendars | None = None,
+    limits: Limits | None = None,
+) -> str:
+    """`tasks.d`, and `notifiers.d` / `calendars.d` / `limits.d` when they are there: what a command read."""
+    kinds = (notifiers, calendars, limits)
+    dirs = [files.tasks_dir, *(kind.root for kind in kinds if kind is not None and kind.present)]
     return " and ".join(dirs) if len(dirs) < 3 else f"{', '.join(dirs[:-1])} and {dirs[-1]}"
 
 
 def calendar_files(files: FilesOptions) -> Calendars:
     """--calendars-dir (default calendars.d beside --tasks-dir), loaded; none when it does not exist."""
     return load_calendars(Path(files.calendars_dir), files.calendars_dir, files.calendars_required)
+
+
+def limit_files(files: FilesOptions) -> Limits:
+    """--limits-dir (default limits.d beside --tasks-dir), loaded; none when it does not exist."""
+    return load_limits(Path(files.limits_dir), files.limits_dir, files.limits_required)
 
 
 def notifier_files(files: FilesOptions) -> Notifiers:

@@ -193,7 +193,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         stop = stop_on_signals(engine, err if people else None)
         engine.observers.append(RunPrinter())
         files = watching.files
-        watched = f"{files.tasks_dir}, {files.notifiers_dir} and {files.calendars_dir}"
+        watched = f"{files.tasks_dir}, {files.notifiers_dir}, {files.calendars_dir} and {files.limits_dir}"
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
 
         def show_url(url: str) -> None:

@@ -1,5 +1,5 @@
-"""`reconciler export`: the database's tasks, notifiers and calendars written as new files, never over existing
-ones."""
+"""`reconciler export`: the database's tasks, notifiers, calendars and limits written as new files, never over
+existing ones."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from reconciler.clock import utcnow
 from reconciler.db.store import Store, TaskRow
 from reconciler.errors import EXIT_OK, UserError
 from reconciler.files.calendars import CALENDARS
+from reconciler.files.limits import LIMITS
 from reconciler.files.notifiers import NOTIFIERS
 from reconciler.files.problems import printable
 from reconciler.reconcile.calendars import CalendarRow, calendar_rows
@@ -26,11 +27,13 @@ from reconciler.reconcile.export import (
     check_beside_dir,
     check_targets,
     export_calendar,
+    export_limit,
     export_notifier,
     export_row,
     one_per_name,
     write_new,
 )
+from reconciler.reconcile.limits import LimitRow, limit_rows
 from reconciler.reconcile.notifiers import NotifierRow, notifier_rows
 
 
@@ -42,26 +45,30 @@ def _warn(message: str, fmt: str) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    async def work(store: Store) -> tuple[list[TaskRow], list[NotifierRow], list[CalendarRow]]:
+    async def work(store: Store) -> tuple[list[TaskRow], list[NotifierRow], list[CalendarRow], list[LimitRow]]:
         async with store.connection() as conn:
-            return await Store.tasks(conn), await notifier_rows(conn), await calendar_rows(conn)
+            kinds = await notifier_rows(conn), await calendar_rows(conn), await limit_rows(conn)
+            return await Store.tasks(conn), *kinds
 
-    rows, notifier_list, calendar_list = with_store(DatabaseOptions.of(args), work)
+    rows, notifier_list, calendar_list, limit_list = with_store(DatabaseOptions.of(args), work)
     if args.sources:  # --source given: that source's files only, which `plan --source` then owns
         rows = [row for row in rows if row.source == args.source]
         notifier_list = [row for row in notifier_list if row.source == args.source]
         calendar_list = [row for row in calendar_list if row.source == args.source]
+        limit_list = [row for row in limit_list if row.source == args.source]
     out = Path(DEFAULT_OUT_DIR if args.out_dir is None else args.out_dir)  # None: --help names it without importing us
     names = Placeholders()
     exported = [export_row(row, names) for row in sorted(rows, key=lambda r: r.id)]
     files = _files(out, exported)
     check_targets(out, [path for path, _ in files], args.force)
-    # Notifiers and calendars go where every command looks for them: their directories beside the tasks'.
+    # Notifiers, calendars and limits go where every command looks for them: their directories beside the tasks'.
     chosen, clashes = one_per_name(notifier_list)
     chosen_calendars, calendar_clashes = one_per_name(calendar_list, "calendar")
+    chosen_limits, limit_clashes = one_per_name(limit_list, "limit")
     beside_kinds = [
         (NOTIFIERS.directory, "notifier", [export_notifier(row, names) for row in chosen], clashes),
         (CALENDARS.directory, "calendar", [export_calendar(row) for row in chosen_calendars], calendar_clashes),
+        (LIMITS.directory, "limit", [export_limit(row) for row in chosen_limits], limit_clashes),
     ]
     written: list[tuple[Path, str]] = []
     counts: list[str] = []

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FilesOptions:
-    """The declared files a command reads (tasks.d, notifiers.d, calendars.d) and the source they belong to."""
+    """The declared files a command reads (tasks.d, notifiers.d, calendars.d, limits.d) and the source they belong
+    to."""
 
     tasks_dir: str
     notifiers_dir: str
@@ -29,6 +30,8 @@ class FilesOptions:
     source: str = "default"
     calendars_dir: str = "calendars.d"
     calendars_required: bool = False
+    limits_dir: str = "limits.d"
+    limits_required: bool = False
 
     @classmethod
     def of(cls, args: Namespace) -> FilesOptions:
@@ -39,6 +42,8 @@ class FilesOptions:
             args.source,
             args.calendars_dir,
             args.calendars_required,
+            args.limits_dir,
+            args.limits_required,
         )
 
 

@@ -51,6 +51,11 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         help="calendar files directory (default calendars.d beside the tasks directory)",
     )
     parser.add_argument(
+        "--limits-dir",
+        default=default(None),
+        help="limit files directory (default limits.d beside the tasks directory)",
+    )
+    parser.add_argument(
         "--dsn", default=default(None), help="PostgreSQL DSN (else RECONCILER_DSN, DATABASE_URL, embedded)"
     )
     parser.add_argument(
@@ -358,7 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = add("schema", "cli.schema:cmd_schema", "print the JSON Schema of task files (for editors and CI)")
     schema.add_argument(
-        "--kind", choices=["task", "notifier", "calendar"], default="task", help="the kind of file (default task)"
+        "--kind",
+        choices=["task", "notifier", "calendar", "limit"],
+        default="task",
+        help="the kind of file (default task)",
     )
     completion = add("completion", "cli.completion:cmd_completion", "print a shell completion script")
     completion.add_argument("shell", metavar="SHELL", help="bash, zsh or fish")
@@ -407,6 +415,7 @@ PATH_OPTIONS = {
     "--tasks-dir": "tasks_dir",
     "--notifiers-dir": "notifiers_dir",
     "--calendars-dir": "calendars_dir",
+    "--limits-dir": "limits_dir",
     "--out": "out",
     "--out-dir": "out_dir",
     "PLANFILE": "planfile",
@@ -427,6 +436,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")
     args.calendars_required = bool(args.calendars_dir)
     args.calendars_dir = args.calendars_dir or beside(args.tasks_dir, "calendars.d")
+    args.limits_required = bool(args.limits_dir)
+    args.limits_dir = args.limits_dir or beside(args.tasks_dir, "limits.d")
     return args
 
 

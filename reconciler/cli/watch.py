@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli.console import err
-from reconciler.cli.declared import declared_dirs, need_tasks_dir, notifier_files, with_calendars
+from reconciler.cli.declared import declared_dirs, need_tasks_dir, notifier_files, with_calendars, with_limits
 from reconciler.cli.options import DatabaseOptions, FilesOptions, WatchOptions
 from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
@@ -35,7 +35,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 async def apply_files(store: Store, options: WatchOptions) -> None:
-    """One apply of the task, notifier and calendar files for watch/up: errors are reported and nothing is applied."""
+    """One apply of the declared files for watch/up: errors are reported and nothing is applied."""
     from reconciler.output import planview
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
     from reconciler.reconcile.audit import Operator
@@ -48,6 +48,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
         loaded.notifiers = notifier_files(files)
         loaded.errors += loaded.notifiers.errors
         with_calendars(loaded, files)
+        with_limits(loaded, files)
         if loaded.errors:
             for error in loaded.errors:
                 err(str(error))
@@ -58,7 +59,8 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
         dirty = bool(working_tree(Path(files.tasks_dir), declared_dirs(files)).changed)
         revision = detect(Path(files.tasks_dir), None, dirty=dirty)
         verdict = ApplyOptions(prune=options.prune, revision=revision, operator=Operator.resolve(options.actor, None))
-        result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, loaded.notifiers, loaded.calendars)
+        declared = (loaded.notifiers, loaded.calendars, loaded.limits)
+        result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, *declared)
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return

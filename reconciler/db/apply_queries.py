@@ -122,6 +122,36 @@ async def calendar_delete(conn: Conn, *, source: str, name: str) -> int:
     return await Store.execute(conn, "calendar_delete", {"source": source, "name": name})
 
 
+StoredLimitRow = StoredCalendarRow  # the same columns: source, name, spec, spec_hash
+
+
+async def limits_all(conn: Conn) -> list[StoredLimitRow]:
+    """Every stored limit, as rows for LimitRow.from_row."""
+    return cast(list[StoredLimitRow], await Store.fetch(conn, "limits_all"))
+
+
+async def limit_upsert(
+    conn: Conn,
+    *,
+    source: str,
+    name: str,
+    spec: str,
+    spec_hash: str,
+    max_in_flight: int | None,
+    rate_per_second: float | None,
+    burst: int | None,
+) -> int:
+    """Create or change a limit (its bucket: see the statement)."""
+    numbers = {"max_in_flight": max_in_flight, "rate_per_second": rate_per_second, "burst": burst}
+    return await Store.execute(
+        conn, "limit_upsert", {"source": source, "name": name, "spec": spec, "spec_hash": spec_hash, **numbers}
+    )
+
+
+async def limit_delete(conn: Conn, *, source: str, name: str) -> int:
+    return await Store.execute(conn, "limit_delete", {"source": source, "name": name})
+
+
 async def notifiers_all(conn: Conn) -> list[StoredNotifierRow]:
     """Every stored notifier, as rows for NotifierRow.from_row."""
     return cast(list[StoredNotifierRow], await Store.fetch(conn, "notifiers_all"))

@@ -34,6 +34,7 @@ class TaskGetRow(TaskColumns):
     updated_at: datetime
     revision: str | None
     calendars: dict[str, dict[str, Any]] | None  # the calendars it names, as applied (None: none)
+    limit_wait: str | None  # the limit its due occurrence waits for (None: none)
 
 
 class RunRow(TypedDict):
@@ -59,6 +60,7 @@ class StatusRow(TaskColumns):
 
     last_status: str | None
     last_scheduled_for: datetime | None
+    limit_wait: str | None  # the limit its due occurrence waits for (None: none)
     last_finished_at: datetime | None
 
 
@@ -185,6 +187,21 @@ async def applies_list(conn: Conn, *, source: str | None, task_id: str | None, l
     """The applies, newest first (of `source`, that changed `task_id`, when given)."""
     params = {"source": source, "task_id": task_id, "limit": limit}
     return cast(list[ApplyRow], await Store.fetch(conn, "applies_list", params))
+
+
+class LimitNamedRow(TypedDict):
+    name: str
+    max_in_flight: int | None
+    rate_per_second: float | None
+    burst: float | None
+    in_flight: int  # its tasks' runs running now
+    tokens: float | None  # in its bucket now (None: no rate)
+
+
+async def limits_named(conn: Conn, *, source: str, names: Sequence[str]) -> list[LimitNamedRow]:
+    """The limits `names` of `source` as they stand (those in the database)."""
+    params = {"source": source, "names": list(names), "now": None}
+    return cast(list[LimitNamedRow], await Store.fetch(conn, "limits_named", params))
 
 
 async def task_get(conn: Conn, *, id: str) -> list[TaskGetRow]:

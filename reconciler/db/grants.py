@@ -27,6 +27,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "applies": ("SELECT",),
         "notifiers": ("SELECT",),
         "calendars": ("SELECT",),
+        "limits": ("SELECT",),
         "notifications": ("SELECT",),
         "pauses": ("SELECT",),
         "audit": ("SELECT",),
@@ -42,6 +43,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "applies": ("SELECT", "INSERT"),
         "notifiers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "calendars": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "limits": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # a deleted notifier's pending events end in the apply that deletes it
         "notifications": ("SELECT", "UPDATE(status, next_attempt_at, error)"),
         # a task deleted, or its failure/recovery/lost subscribers changed, starts its failing state afresh
@@ -54,13 +56,17 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "backfills": ("SELECT", "INSERT", "UPDATE(task_id, cancelled_at, cancelled_by)"),
     },
     "engine": {
-        "tasks": ("SELECT", "UPDATE(next_run_at)"),
+        # next_run_at, and the limit a due occurrence waits for
+        "tasks": ("SELECT", "UPDATE(next_run_at, limit_wait)"),
         "runs": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "run_leases": ("SELECT", "INSERT", "DELETE"),
         "engines": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # notifiers are read, never written: a leaked engine credential cannot redirect them either
         "notifiers": ("SELECT",),
         # none on calendars: an engine reads the calendars a task names from the task's row
+        # limits: the claim takes tokens from a limit's bucket and counts what it held back or missed; never
+        # its numbers (a leaked engine credential cannot lift a limit)
+        "limits": ("SELECT", "UPDATE(tokens, refilled_at, missed_total, delayed_total)"),
         "notifications": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "notify_state": ("SELECT", "INSERT", "UPDATE"),
         # the leases on fleet-wide work (metrics, the late scan): taken, renewed and read
@@ -80,6 +86,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "applies": ("SELECT",),
         "notifications": ("SELECT",),
         "pauses": ("SELECT",),
+        "limits": ("SELECT",),
     },
 }
 

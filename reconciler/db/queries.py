@@ -36,6 +36,9 @@ class DueRow(TypedDict):
     paused_by: str | None  # its pause (`reconciler pause`), in force or ended; None when it has none
     paused_reason: str | None
     paused_until: datetime | None
+    source: str
+    limits: list[str] | None  # the limits the task names ([policy] limits), as stored
+    limit_wait: str | None  # the limit its due occurrence waits for (a claim found it full)
 
 
 class QueuedRow(TypedDict):
@@ -45,6 +48,8 @@ class QueuedRow(TypedDict):
     kind: str  # manual | backfill
     spec_text: str
     spec_key: int
+    source: str
+    limits: list[str] | None
 
 
 class SpecKeyRow(TypedDict):
@@ -65,6 +70,7 @@ class InDoubtRow(TypedDict):
     kind: str
     spec_text: str
     spec_key: int
+    source: str
     lease_left: float  # seconds
 
 
@@ -76,6 +82,17 @@ class HeldRow(TypedDict):
 class InsertedRow(TypedDict):
     id: int
     n: int  # its place (from 1) in runs_insert's arrays
+
+
+class LimitRow(TypedDict):
+    source: str
+    name: str
+    max_in_flight: int | None
+    rate_per_second: float | None
+    burst: float | None
+    in_flight: int
+    tokens: float
+    at: datetime  # the instant the tokens are counted at (limits_take writes it back)
 
 
 class HeartbeatRow(TypedDict):
@@ -118,11 +135,26 @@ async def claim_first(
 
 
 async def claim_locks(
-    conn: Conn, *, ids: Sequence[str], now: datetime, finished: Sequence[int], cold: Sequence[str]
-) -> tuple[list[HeldRow], list[SpecRow]]:
+    conn: Conn,
+    *,
+    ids: Sequence[str],
+    now: datetime,
+    finished: Sequence[int],
+    cold: Sequence[str],
+    limits: Sequence[tuple[str, str]] = (),
+    at: datetime | None = None,
+) -> tuple[list[HeldRow], list[SpecRow], list[LimitRow]]:
     """The claim's second round trip: lock the tasks `ids`, count their live leases (not those of runs
-    `finished`), and read the specs of tasks `cold` (none when empty)."""
+    `finished`), read the specs of tasks `cold` (none when empty), and lock and read the `limits` (source, name)
+    the tasks name (none when empty: a claim of tasks without limits costs what it did). `at` is the instant a
+    test injects (None: the database's clock as the limits are locked, see limits_read)."""
     fetch = [Statement("tasks_specs", {"ids": list(cold)})] if cold else []
+    if limits:
+        groups = {"sources": [s for s, _ in limits], "names": [n for _, n in limits]}
+        fetch += [
+            Statement("limits_lock", groups),
+            Statement("limits_read", {**groups, "now": at, "finished": list(finished)}),
+        ]
     _, leases, *fetched = await pipelined(
         conn,
         [
@@ -131,7 +163,9 @@ async def claim_locks(
             *fetch,
         ],
     )
-    return _rows(leases), _rows([row for rows in fetched for row in rows])
+    specs = fetched[0] if cold else []
+    read = fetched[-1] if limits else []
+    return _rows(leases), _rows(specs), _rows(read)
 
 
 def runs_insert(
@@ -179,8 +213,9 @@ def leases_insert(
     )
 
 
-def tasks_advance(*, ids: list[str], nexts: list[datetime | None]) -> Statement:
-    return Statement("tasks_advance", {"ids": ids, "nexts": nexts})
+def tasks_advance(*, ids: list[str], nexts: list[datetime | None], waits: list[str | None]) -> Statement:
+    """Move claimed tasks on (next_run_at), and say which limit each one's due occurrence waits for."""
+    return Statement("tasks_advance", {"ids": ids, "nexts": nexts, "waits": waits})
 
 
 async def tasks_due_before(conn: Conn, *, until: datetime, limit: int, sources: Sequence[str]) -> list[SpecKeyRow]:

@@ -36,6 +36,55 @@
       THEN LEAST(({task}.spec -> 'policy' ->> 'max_running_instances')::numeric, 1000000)
       ELSE 1 END)
 
+-- fragment: limits_of(task)
+-- The limits (limits.d) a task's runs count against (`task` the alias of its tasks row): a JSON array of names, or NULL.
+({task}.spec -> 'policy' -> 'limits')
+
+-- fragment: limit_in_flight(g)
+-- The runs in flight of limit `g` (the alias of its limits row): live leases of its source's tasks that name it.
+(SELECT count(*) FROM scheduler.run_leases l JOIN scheduler.tasks u ON u.id = l.task_id
+  WHERE l.expires_at > COALESCE(%(now)s::timestamptz, now()) AND u.source = {g}.source
+    AND {{limits_of(u)}} ? {g}.name)
+
+-- fragment: limit_tokens(g)
+-- The tokens in limit `g`'s bucket now (by the database's clock): as of refilled_at, refilled at the rate, at most
+-- the bucket's size.
+LEAST({g}.burst, {g}.tokens + {g}.rate_per_second
+                 * GREATEST(0, extract(epoch FROM COALESCE(%(now)s::timestamptz, now()) - {g}.refilled_at)))
+
+-- fragment: limits_now()
+-- Every limit as a claim sees it: full (no run may start: max_in_flight runs in flight, or less than a token in
+-- its bucket) and, when full, when it may have room again (a token refilled, or the first lease to expire;
+-- a run that finishes sooner wakes the engines by NOTIFY, see runs_finish_notify).
+SELECT s.source, s.name, s.in_flight, s.tokens,
+       (s.in_flight >= s.max_in_flight OR s.tokens < 1) AS full,
+       GREATEST(CASE WHEN s.in_flight >= s.max_in_flight THEN s.lease_ends END,
+                CASE WHEN s.tokens < 1
+                     THEN COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => (1 - s.tokens) / s.rate_per_second)
+                END) AS frees_at
+  FROM (SELECT g.source, g.name, g.max_in_flight, g.rate_per_second, {{limit_in_flight(g)}} AS in_flight,
+               {{limit_tokens(g)}} AS tokens,
+               (SELECT min(l.expires_at) FROM scheduler.run_leases l JOIN scheduler.tasks u ON u.id = l.task_id
+                 WHERE l.expires_at > COALESCE(%(now)s::timestamptz, now()) AND u.source = g.source
+                   AND {{limits_of(u)}} ? g.name) AS lease_ends
+          FROM scheduler.limits g) s
+
+-- fragment: past_grace(task)
+-- Whether a task's due occurrence is past its misfire grace, by the database's clock: a claim records it missed.
+({{grace_end({task})}} < COALESCE(%(now)s::timestamptz, now()))
+
+-- fragment: grace_end(task)
+-- When a task's due occurrence passes its misfire grace (at least 1 s, as ON_TIME_SECONDS in catchup.py), `task`
+-- the alias of its tasks row (a hand edit may store anything there).
+({task}.next_run_at + make_interval(secs => GREATEST(1, CASE WHEN jsonb_typeof({task}.spec -> 'policy' -> 'misfire_grace_seconds') = 'number'
+      THEN LEAST(({task}.spec -> 'policy' ->> 'misfire_grace_seconds')::float8, 1e9) ELSE 60 END)))
+
+-- fragment: limit_free(task)
+-- Whether none of the limits a task names is full (`task` the alias of its tasks row, `lim` the statement's
+-- limits_now()); a task that names none is always free.
+({task}.spec -> 'policy' -> 'limits' IS NULL
+ OR NOT EXISTS (SELECT 1 FROM lim WHERE lim.full AND lim.source = {task}.source AND {{limits_of({task})}} ? lim.name))
+
 -- name: catalog_table_columns
 -- pg_attribute, unlike information_schema.columns, lists the columns of tables the role has
 -- no privilege on: a least-privilege role must see an initialized schema as complete, or it
@@ -104,6 +153,23 @@ ON CONFLICT (source, name) DO UPDATE
 
 -- name: calendar_delete
 DELETE FROM scheduler.calendars WHERE source = %(source)s AND name = %(name)s;
+
+-- name: limits_all
+SELECT source, name, spec, spec_hash FROM scheduler.limits ORDER BY source, name;
+
+-- name: limit_upsert
+-- A new limit starts with a full bucket; a changed one keeps its tokens (at most the new bucket), so an apply
+-- never hands out a burst the limit would not have allowed.
+INSERT INTO scheduler.limits (source, name, spec, spec_hash, max_in_flight, rate_per_second, burst, tokens, refilled_at)
+VALUES (%(source)s, %(name)s, %(spec)s::jsonb, %(spec_hash)s, %(max_in_flight)s::integer, %(rate_per_second)s::float8,
+        %(burst)s::float8, COALESCE(%(burst)s::float8, 0), now())
+ON CONFLICT (source, name) DO UPDATE
+   SET spec = EXCLUDED.spec, spec_hash = EXCLUDED.spec_hash, max_in_flight = EXCLUDED.max_in_flight,
+       rate_per_second = EXCLUDED.rate_per_second, burst = EXCLUDED.burst,
+       tokens = LEAST(scheduler.limits.tokens, COALESCE(EXCLUDED.burst, 0)), updated_at = now();
+
+-- name: limit_delete
+DELETE FROM scheduler.limits WHERE source = %(source)s AND name = %(name)s;
 
 -- name: notifiers_all
 SELECT source, name, spec, spec_hash FROM scheduler.notifiers ORDER BY source, name;
@@ -258,7 +324,7 @@ SELECT pg_notify('scheduler_tasks', %(payload)s);
 SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
        t.xmin::text AS version,
        CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
-       r.status AS last_status, r.scheduled_for AS last_scheduled_for, r.finished_at AS last_finished_at
+       r.status AS last_status, r.scheduled_for AS last_scheduled_for, r.finished_at AS last_finished_at, t.limit_wait
   FROM scheduler.tasks t
   LEFT JOIN LATERAL (
         SELECT status, scheduled_for, finished_at FROM scheduler.runs
@@ -294,11 +360,16 @@ SELECT COALESCE(%(now)s::timestamptz, now()) AS now;
 -- The claim: due rows (by the database's clock), oldest first, skipping rows another replica holds.
 -- %(sources)s scopes an engine (`engine --source`); empty: every source. A paused task is claimed too,
 -- with its pause (NULLs when none): the claim records its due occurrences skipped and advances it.
+-- A task waiting for a limit (limit_wait) is left alone while one of its limits is still full: it is not locked
+-- and re-decided by every claim, nor does it fill the batch before the tasks behind it; unless its occurrence is
+-- past its misfire grace (the claim records it missed for the limit).
+WITH lim AS MATERIALIZED ({{limits_now()}})
 SELECT t.id, hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.next_run_at,
-       p.paused_by, p.reason AS paused_reason, p.paused_until
+       p.paused_by, p.reason AS paused_reason, p.paused_until, t.source, {{limits_of(t)}} AS limits, t.limit_wait
   FROM scheduler.tasks t LEFT JOIN scheduler.pauses p ON p.task_id = t.id
  WHERE t.enabled AND t.next_run_at <= COALESCE(%(now)s::timestamptz, now())
    AND {{of_sources(t.source)}}
+   AND (t.limit_wait IS NULL OR {{limit_free(t)}} OR {{past_grace(t)}})
  ORDER BY t.next_run_at
  FOR UPDATE OF t SKIP LOCKED
  LIMIT %(batch)s;
@@ -325,13 +396,14 @@ SELECT id, {{run_spec(t)}} AS spec_text, hashtextextended({{run_spec(t)}}, 0) AS
 -- `q`), then locked by id. A backfill queues thousands of runs at once, before statistics know of them;
 -- planned as one join, the queued runs were read again for each queued run (10,000: minutes per claim).
 -- `place <= max_running_instances` before the lease count only saves counting for runs that cannot start.
-WITH q AS MATERIALIZED (
+-- A run whose task names a limit that is full stays queued (the claim decides under the limit's lock).
+WITH lim AS MATERIALIZED ({{limits_now()}}), q AS MATERIALIZED (
     SELECT id, task_id, kind, hold_seconds,
            row_number() OVER (PARTITION BY task_id ORDER BY kind = 'backfill', id) AS place
       FROM scheduler.runs WHERE status = 'queued'
 )
 SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
-       hashtextextended({{run_spec(t)}}, 0) AS spec_key
+       hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source, {{limits_of(t)}} AS limits
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE r.id = ANY(ARRAY(
         SELECT q.id FROM q JOIN scheduler.tasks t ON t.id = q.task_id
@@ -340,7 +412,8 @@ SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS sp
            AND q.place <= {{max_running_instances(t)}}
                           - (SELECT count(*) FROM scheduler.run_leases l
                               WHERE l.task_id = q.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))
-           AND {{backfill_may_start(q)}}))
+           AND {{backfill_may_start(q)}}
+           AND {{limit_free(t)}}))
    AND r.status = 'queued'
  ORDER BY r.id
  FOR UPDATE OF r SKIP LOCKED
@@ -411,9 +484,44 @@ SELECT u.task_id, u.run_id, %(engine_id)s, %(now)s::timestamptz + make_interval(
   FROM unnest(%(task_ids)b::text[], %(run_ids)b::bigint[], %(seconds)b::float8[]) AS u(task_id, run_id, seconds);
 
 -- name: tasks_advance
-UPDATE scheduler.tasks t SET next_run_at = u.next_run_at
-  FROM unnest(%(ids)b::text[], %(nexts)b::timestamptz[]) AS u(id, next_run_at)
+-- The next occurrence of each task claimed, and the limit its due occurrence waits for (NULL: none).
+UPDATE scheduler.tasks t SET next_run_at = u.next_run_at, limit_wait = u.limit_wait
+  FROM unnest(%(ids)b::text[], %(nexts)b::timestamptz[], %(waits)b::text[]) AS u(id, next_run_at, limit_wait)
  WHERE t.id = u.id;
+
+-- name: limits_lock
+-- The claim's lock of the limits its tasks name (sorted, so two claims never deadlock; taken after the task locks,
+-- as every claim does): while it is held nobody else starts a run of the limit or takes one of its tokens.
+SELECT count(*) AS locked FROM (
+    SELECT pg_advisory_xact_lock(hashtextextended('reconciler.limit:' || u.source || '/' || u.name, 0))
+      FROM unnest(%(sources)b::text[], %(names)b::text[]) AS u(source, name) ORDER BY u.source, u.name
+) AS locks;
+
+-- name: limits_read
+-- The limits locked, read after the lock (a statement of its own: its snapshot sees what the claim before
+-- committed): runs in flight (not those of %(finished)s, this engine's runs whose results are being written:
+-- their requests are over) and tokens, by the database's clock as the lock was taken (clock_timestamp(), not the
+-- transaction's start: the requests leave right after). `at` is that instant, which limits_take writes back.
+SELECT g.source, g.name, g.max_in_flight, g.rate_per_second, g.burst,
+       (SELECT count(*) FROM scheduler.run_leases l JOIN scheduler.tasks u ON u.id = l.task_id
+         WHERE l.expires_at > COALESCE(%(now)s::timestamptz, now()) AND u.source = g.source
+           AND {{limits_of(u)}} ? g.name AND l.run_id <> ALL(%(finished)b::bigint[])) AS in_flight,
+       COALESCE(LEAST(g.burst, g.tokens + g.rate_per_second
+                      * GREATEST(0, extract(epoch FROM c.at - g.refilled_at))), 0)::float8 AS tokens,
+       GREATEST(c.at, g.refilled_at) AS at
+  FROM scheduler.limits g
+  CROSS JOIN (SELECT COALESCE(%(now)s::timestamptz, clock_timestamp()) AS at) c
+  JOIN unnest(%(sources)b::text[], %(names)b::text[]) AS u(source, name) ON u.source = g.source AND u.name = g.name;
+
+-- name: limits_take
+-- What a claim (or a retry's token, see limit_token) took from its limits: tokens left as of `at`, and the
+-- occurrences it held back (delayed) or recorded missed because of a limit (the metrics' counters).
+UPDATE scheduler.limits g
+   SET tokens = u.tokens, refilled_at = u.at, delayed_total = g.delayed_total + u.delayed,
+       missed_total = g.missed_total + u.missed
+  FROM unnest(%(sources)b::text[], %(names)b::text[], %(tokens)b::float8[], %(ats)b::timestamptz[],
+              %(delayed)b::bigint[], %(missed)b::bigint[]) AS u(source, name, tokens, at, delayed, missed)
+ WHERE g.source = u.source AND g.name = u.name;
 
 -- name: run_attempt
 UPDATE scheduler.runs
@@ -427,7 +535,7 @@ UPDATE scheduler.runs
 -- the connection died before the answer came back. Never fired: the engine fires only what a claim
 -- it saw commit returned. With the seconds left on each lease.
 SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
-       hashtextextended({{run_spec(t)}}, 0) AS spec_key,
+       hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source,
        extract(epoch FROM l.expires_at - now())::float8 AS lease_left
   FROM scheduler.run_leases l
   JOIN scheduler.runs r ON r.id = l.run_id
@@ -485,24 +593,53 @@ DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 -- through the NOTIFY the finishing engine sends, see runs_finish_notify). The queued runs are read once
 -- through runs_status_idx and reduced to what decides (a 10,000-run backfill is one row): as an EXISTS over
 -- the runs table, the planner scanned the whole table for queued rows that sit at its end.
-WITH queued AS MATERIALIZED (
+-- A task waiting for a limit is due when every limit it names may have room again (limits_now's frees_at; now
+-- when none is full: claim_due takes it then), or when its occurrence passes its misfire grace (to record it
+-- missed); not at its next_run_at, which has passed: the engine sleeps until then instead of spinning. So is a
+-- queued run whose limit is full.
+WITH lim AS MATERIALIZED ({{limits_now()}}), queued AS MATERIALIZED (
     SELECT DISTINCT task_id, kind, hold_seconds FROM scheduler.runs WHERE status = 'queued'
 )
-SELECT min(next_run_at) AS next_run_at, COALESCE(%(now)s::timestamptz, now()) AS now,
+SELECT LEAST(
+         (SELECT min(next_run_at) FROM scheduler.tasks
+           WHERE enabled AND next_run_at IS NOT NULL AND limit_wait IS NULL AND {{of_sources(source)}}),
+         (SELECT min(LEAST(GREATEST(t.next_run_at,
+                                    COALESCE((SELECT max(lim.frees_at) FROM lim
+                                               WHERE lim.full AND lim.source = t.source AND {{limits_of(t)}} ? lim.name),
+                                             COALESCE(%(now)s::timestamptz, now()))),
+                           {{grace_end(t)}} + interval '1 millisecond'))
+            FROM scheduler.tasks t
+           WHERE t.limit_wait IS NOT NULL AND t.enabled AND t.next_run_at IS NOT NULL AND {{of_sources(t.source)}}),
+         (SELECT min(lim.frees_at) FROM lim
+           WHERE lim.full AND EXISTS (SELECT 1 FROM queued r JOIN scheduler.tasks t ON t.id = r.task_id
+                                       WHERE t.source = lim.source AND {{limits_of(t)}} ? lim.name
+                                         AND {{of_sources(t.source)}}))
+       ) AS next_run_at,
+       COALESCE(%(now)s::timestamptz, now()) AS now,
        EXISTS (SELECT 1 FROM queued r JOIN scheduler.tasks t ON t.id = r.task_id
                 WHERE {{backfill_may_start(r)}}
                   AND {{of_sources(t.source)}}
+                  AND {{limit_free(t)}}
                   AND {{max_running_instances(t)}}
                       > (SELECT count(*) FROM scheduler.run_leases l
-                          WHERE l.task_id = r.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))) AS queued
-  FROM scheduler.tasks
- WHERE enabled AND next_run_at IS NOT NULL
-   AND {{of_sources(source)}};
+                          WHERE l.task_id = r.task_id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))) AS queued;
 
 -- name: task_get
 SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_run_at, xmin::text AS version,
-       NULL::boolean AS tampered, created_at, updated_at, revision, to_jsonb(t) -> 'calendars' AS calendars
+       NULL::boolean AS tampered, created_at, updated_at, revision, to_jsonb(t) -> 'calendars' AS calendars,
+       limit_wait
   FROM scheduler.tasks t WHERE id = %(id)s;
+
+-- name: limits_named
+-- The limits a task names, as `explain` and the dashboard show them (planner and dashboard roles: runs in flight
+-- are its tasks' running runs, not the leases they cannot read).
+SELECT g.name, g.max_in_flight, g.rate_per_second, g.burst,
+       (SELECT count(*) FROM scheduler.runs r JOIN scheduler.tasks u ON u.id = r.task_id
+         WHERE r.status = 'running' AND u.source = g.source AND {{limits_of(u)}} ? g.name) AS in_flight,
+       {{limit_tokens(g)}}::float8 AS tokens
+  FROM scheduler.limits g
+ WHERE g.source = %(source)s AND g.name = ANY(%(names)s::text[])
+ ORDER BY g.name;
 
 -- name: run_queue_manual
 INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at)
@@ -573,10 +710,13 @@ UPDATE scheduler.runs r
 DELETE FROM scheduler.run_leases WHERE run_id = ANY(%(run_ids)b::bigint[]);
 
 -- name: runs_finish_notify
--- A freed slot wakes the engines when a manual run of that task is waiting for one.
+-- A freed slot wakes the engines when a manual run of that task is waiting for one, or when the run's task
+-- names a limit (its slot in the limit is free: a task or run waiting for the limit may start).
 SELECT pg_notify('scheduler_tasks', '{"source": "slot"}')
  WHERE EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.runs q ON q.task_id = r.task_id
-                WHERE r.id = ANY(%(run_ids)b::bigint[]) AND q.status = 'queued');
+                WHERE r.id = ANY(%(run_ids)b::bigint[]) AND q.status = 'queued')
+    OR EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
+                WHERE r.id = ANY(%(run_ids)b::bigint[]) AND t.spec -> 'policy' ? 'limits');
 
 -- name: notify_state_ensure
 -- The failing state of tasks whose runs just ended (see notify.py); sorted ids, so replicas lock alike.
@@ -735,6 +875,17 @@ SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at,
  ORDER BY scheduled_for, id;
 
 -- notifications: metrics
+
+-- name: limits_health
+-- The metrics of every limit of the engine's sources: runs in flight, tokens, tasks waiting for it, and its
+-- counters of occurrences delayed and missed for it.
+WITH lim AS MATERIALIZED ({{limits_now()}})
+SELECT lim.source, lim.name, lim.in_flight, COALESCE(lim.tokens, 0)::float8 AS tokens, g.rate_per_second,
+       (SELECT count(*) FROM scheduler.tasks t WHERE t.limit_wait = lim.name AND t.source = lim.source) AS waiting,
+       g.delayed_total, g.missed_total
+  FROM lim JOIN scheduler.limits g ON g.source = lim.source AND g.name = lim.name
+ WHERE {{of_sources(lim.source)}}
+ ORDER BY lim.source, lim.name;
 
 -- name: notifications_health
 -- The outbox of the engine's sources (every source's when it has none), for the metrics: rows
@@ -949,7 +1100,7 @@ SELECT count(*)::integer AS dropped FROM gone;
 SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
        t.xmin::text AS version,
        CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
-       {{run_spec(t)}} AS run_spec_text,
+       {{run_spec(t)}} AS run_spec_text, t.limit_wait,
        r.status AS last_status, r.scheduled_for AS last_scheduled_for, r.finished_at AS last_finished_at,
        r.http_status AS last_http_status, r.kind AS last_kind,
        EXTRACT(EPOCH FROM r.started_at - r.scheduled_for)::float8 AS last_late_seconds,

@@ -48,4 +48,8 @@ def _expand(statement: str, fragments: dict[str, tuple[str | None, str]], name: 
         parameter, text = fragments[use[1]]
         return text.replace("{" + parameter + "}", use[2].strip()) if parameter else text
 
-    return _USE.sub(one, statement)
+    for _ in range(4):  # a fragment may use fragments (four deep at most)
+        statement, count = _USE.subn(one, statement)
+        if not count:
+            return statement
+    raise ValueError(f"query {name}: fragments nested more than four deep")

@@ -15,13 +15,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from reconciler.clock import utc_text
 from reconciler.db import queries
 from reconciler.db.queries import DueRow, InsertedRow, LostRow, QueuedRow
 from reconciler.db.statements import Statement, send
 from reconciler.db.store import Store
+from reconciler.engine.limits import Gate, Key, keys_of, names_of
 from reconciler.errors import one_line
 from reconciler.notify.events import Ended, Event, claim_events, ended_of, outbox_insert, record_ended
 from reconciler.schedule.base import Schedule
@@ -47,10 +48,14 @@ class Decision:
     kind: str  # scheduled | catchup
     status: Status
     error: str | None = None
+    limit: str | None = None  # missed: the limit the occurrence waited for past its grace
 
 
-def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int) -> list[Decision]:
-    """Misfire grace, coalesce and max_running_instances for one task's due occurrences (pure)."""
+def decide(
+    occurrences: list[datetime], now: datetime, policy: Policy, free_slots: int, waiting: str | None = None
+) -> list[Decision]:
+    """Misfire grace, coalesce and max_running_instances for one task's due occurrences (pure). `waiting`: the
+    limit the task's due occurrence has waited for (a claim found it full): one past its grace is missed for it."""
     if not occurrences:
         return []
     latest = occurrences[-1]
@@ -61,12 +66,17 @@ def decide(occurrences: list[datetime], now: datetime, policy: Policy, free_slot
         for moment in occurrences[:-1]:
             late = (now - moment).total_seconds()
             note = f"coalesced into the run for {utc_text(latest)} (late by {late:.0f} s)"
-            decisions.append(Decision(moment, "catchup", "missed", note))
+            if waiting is not None:  # it waited for the limit until a later occurrence came due
+                note = f"missed: waited for limit {waiting}; {note}"
+            decisions.append(Decision(moment, "catchup", "missed", note, waiting))
         candidates = [latest]
     for moment in candidates:  # oldest first: catch-up runs count against the instance limit too
         kind = "scheduled" if moment == latest else "catchup"
         late = (now - moment).total_seconds()
-        if late > max(grace, ON_TIME_SECONDS):
+        if late > max(grace, ON_TIME_SECONDS) and waiting is not None:
+            note = f"missed: waited for limit {waiting} for {late:.0f} s, more than misfire_grace_seconds = {grace}"
+            decisions.append(Decision(moment, kind, "missed", note, waiting))
+        elif late > max(grace, ON_TIME_SECONDS):
             note = f"missed: claimed late by {late:.0f} s, more than misfire_grace_seconds = {grace}"
             decisions.append(Decision(moment, kind, "missed", note))
         elif free_slots > 0:
@@ -126,6 +136,7 @@ class Claimed:
     kind: str
     spec: TaskSpec
     deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
+    rated: tuple[Key, ...] = ()  # the limits with a rate it counts against: each retry takes a token of each
 
     @property
     def key(self) -> str:
@@ -282,16 +293,29 @@ class Claimer:
                 report.record(gone["task_id"], gone["scheduled_for"], "lost", gone["error"])
             await record_ended(conn, lost_ends(lost), now)
             ids = sorted({r["id"] for r in due} | {q["task_id"] for q in queued})
+            limits_by_task: dict[str, Mapping[str, Any]] = {
+                **{q["task_id"]: q for q in queued},
+                **{r["id"]: r for r in due},
+            }
             held: dict[str, int] = {}
             texts: dict[str, str] = {}  # the stored text of due tasks not compiled yet, read under their locks
+            gate = Gate()  # the limits the tasks name, locked (none: the claim costs what it did without limits)
             if ids:
-                leases, fetched = await queries.claim_locks(
-                    conn, ids=ids, now=now, finished=finished, cold=self._cold(due)
+                leases, fetched, limited = await queries.claim_locks(
+                    conn,
+                    ids=ids,
+                    now=now,
+                    finished=finished,
+                    cold=self._cold(due),
+                    limits=keys_of([*due, *queued]),
+                    at=at,
                 )
                 held = {r["task_id"]: r["held"] for r in leases}
                 texts.update((r["id"], r["spec_text"]) for r in fetched)
+                gate = Gate(limited)
             report.claimed_tasks = len(due)
             inserts: list[tuple[str, Decision]] = []
+            decided: dict[str, list[Decision]] = {}
             advance: dict[str, datetime | None] = {}
             specs: dict[str, TaskSpec] = {}
             events: list[Event] = []
@@ -303,9 +327,8 @@ class Claimer:
                     occurrences, following = due_occurrences(schedule, row["next_run_at"], now, spec.policy)
                     # a paused task fires nothing: its occurrences are recorded skipped, and raise no event
                     paused, occurrences = decide_paused(occurrences, now, Pause.of(row))
-                    decisions = sorted(
-                        paused + decide(occurrences, now, spec.policy, free), key=lambda d: d.scheduled_for
-                    )
+                    decided_now = decide(occurrences, now, spec.policy, free, row["limit_wait"])
+                    decisions = sorted(paused + decided_now, key=lambda d: d.scheduled_for)
                 except Exception as exc:  # one task's stored spec must not stop the claim of the others
                     reason = f"invalid stored spec: {one_line(exc)}"
                     inserts.append((task_id, Decision(row["next_run_at"], "scheduled", "failed", reason)))
@@ -316,16 +339,27 @@ class Claimer:
                     missed = [d.scheduled_for for d in decisions if d.status == "missed"]
                     events += claim_events(spec, task_id, occurrences, missed, now)
                 held[task_id] = held.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
-                inserts.extend((task_id, d) for d in decisions)
+                decided[task_id] = decisions
                 advance[task_id] = following
-            begun, starts = self._start_queued(queued, held, now, report)
+            wanted = self._queued_wanted(queued, held)
+            waits = share(gate, {row["id"]: row for row in due}, decided, advance, wanted)
+            for task_id, decisions in decided.items():
+                inserts.extend((task_id, d) for d in decisions)
+            begun, starts = self._start_queued(wanted, now, report)
             specs.update((run.task_id, run.spec) for run in begun)
             lease_for = {task_id: lease_seconds(spec, self.lease_margin) for task_id, spec in specs.items()}
             leased_at = time.monotonic()
             statements = [*self._insert_runs(inserts, lease_for, now), *starts]
             statements += self._take_leases(begun, lease_for, now)
-            if advance:
-                statements.append(queries.tasks_advance(ids=list(advance), nexts=list(advance.values())))
+            moved = moved_on(due, advance, waits)
+            if moved:
+                statements.append(
+                    queries.tasks_advance(
+                        ids=moved, nexts=[advance[i] for i in moved], waits=[waits.get(i) for i in moved]
+                    )
+                )
+            if (taken := gate.statement()) is not None:
+                statements.append(taken)
             if events:  # last: the first statement's rows are the runs inserted (see below)
                 subs_of = {e.task_id: subscriptions(specs[e.task_id].normalized()) for e in events}
                 statements.append(outbox_insert(events, subs_of, now))
@@ -335,7 +369,9 @@ class Claimer:
             self._claimed(inserts, await queries.inserted_rows(sent[0]) if inserts else [], specs, report)
         )
         report.runs.extend(begun)
+        rated = gate.rated
         for run in report.runs:
+            run.rated = tuple(key for key in keys_of([limits_by_task[run.task_id]]) if key in rated) if rated else ()
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
             run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2
         report.fired = len(report.runs)
@@ -394,32 +430,42 @@ class Claimer:
                 report.record(task_id, decision.scheduled_for, decision.status, decision.error)
         return claimed
 
-    def _start_queued(
-        self, queued: list[QueuedRow], held: dict[str, int], now: datetime, report: Report
-    ) -> tuple[list[Claimed], list[Statement]]:
-        """The queued runs (manual, backfill) that start now (a task with a free slot), and their statements."""
-        claimed: list[Claimed] = []
-        statements: list[Statement] = []
+    def _queued_wanted(
+        self, queued: list[QueuedRow], held: dict[str, int]
+    ) -> list[tuple[QueuedRow, TaskSpec | None, str | None]]:
+        """The queued runs (manual, backfill) whose tasks have a free slot, each with its task's spec; or None and
+        why the stored spec does not validate (that run fails). A run without a slot stays queued."""
+        wanted: list[tuple[QueuedRow, TaskSpec | None, str | None]] = []
         for row in queued:
             task_id = row["task_id"]
-            status, error = "running", None
             try:
                 spec, _ = self._compile(task_id, row["spec_key"], {task_id: row["spec_text"]})
             except Exception as exc:  # as in the scheduled claim: this run fails, the others go on
-                status, error = "failed", f"invalid stored spec: {one_line(exc)}"
-            else:
-                if held.get(task_id, 0) >= spec.policy.max_running_instances:
-                    continue  # a queued run is never skipped: it stays queued until a slot is free
+                wanted.append((row, None, f"invalid stored spec: {one_line(exc)}"))
+                continue
+            if held.get(task_id, 0) >= spec.policy.max_running_instances:
+                continue  # a queued run is never skipped: it stays queued until a slot is free
+            held[task_id] = held.get(task_id, 0) + 1
+            wanted.append((row, spec, None))
+        return wanted
+
+    def _start_queued(
+        self, wanted: list[tuple[QueuedRow, TaskSpec | None, str | None]], now: datetime, report: Report
+    ) -> tuple[list[Claimed], list[Statement]]:
+        """The queued runs that start now (or fail: a spec that does not validate), and their statements."""
+        claimed: list[Claimed] = []
+        statements: list[Statement] = []
+        for row, spec, error in wanted:
+            status = "running" if spec is not None else "failed"
             statements.append(
                 queries.runs_start_queued(
                     run_id=row["run_id"], status=status, engine_id=self.engine_id, now=now, error=error
                 )
             )
-            if status == "running":
-                held[task_id] = held.get(task_id, 0) + 1
-                claimed.append(Claimed(row["run_id"], task_id, row["scheduled_for"], row["kind"], spec))
+            if spec is not None:
+                claimed.append(Claimed(row["run_id"], row["task_id"], row["scheduled_for"], row["kind"], spec))
             else:
-                report.record(task_id, row["scheduled_for"], status, error)
+                report.record(row["task_id"], row["scheduled_for"], status, error)
         return claimed, statements
 
     def _take_leases(self, runs: list[Claimed], leases: Mapping[str, float], now: datetime) -> list[Statement]:
@@ -434,6 +480,68 @@ class Claimer:
             seconds=[leases[run.task_id] for run in runs],
         )
         return [statement]
+
+
+def share(
+    gate: Gate,
+    due: Mapping[str, DueRow],
+    decided: dict[str, list[Decision]],
+    advance: dict[str, datetime | None],
+    wanted: list[tuple[QueuedRow, TaskSpec | None, str | None]],
+) -> dict[str, str | None]:
+    """The room of the claim's limits shared between the runs that would start (see limits.py): a due occurrence
+    that gets none stays due (its task's decisions end before it, next_run_at stays on it), a queued run stays
+    queued. `decided`, `advance` and `wanted` are changed in place. The limit each due task waits for (None: none)."""
+    waits: dict[str, str | None] = {task_id: None for task_id in decided}
+    if not gate.buckets:
+        return waits
+    parties: dict[str, tuple[str, tuple[str, ...], list[datetime]]] = {}
+    queued_of: dict[str, list[int]] = {}
+    for task_id, decisions in decided.items():
+        names = names_of(due[task_id]["limits"])
+        if names:
+            moments = [d.scheduled_for for d in decisions if d.status == "running"]
+            parties[task_id] = (due[task_id]["source"], names, moments)
+            for decision in decisions:
+                if decision.limit is not None:
+                    gate.count(due[task_id]["source"], decision.limit, missed=1)
+    for place, (row, spec, _) in enumerate(wanted):
+        names = names_of(row["limits"])
+        if spec is not None and names:
+            moments = parties.setdefault(row["task_id"], (row["source"], names, []))[2]
+            moments.append(row["scheduled_for"])
+            queued_of.setdefault(row["task_id"], []).append(place)
+    granted = gate.share(parties)
+    dropped: set[int] = set()
+    for task_id, (count, stopped) in granted.items():
+        if stopped is None:
+            continue
+        scheduled = [d for d in decided.get(task_id, []) if d.status == "running"]
+        if count < len(scheduled):  # a due occurrence waits: it and what comes after it stay due
+            moment = scheduled[count].scheduled_for
+            decided[task_id] = [d for d in decided[task_id] if d.scheduled_for < moment]
+            advance[task_id] = moment
+            waits[task_id] = stopped
+            if due[task_id]["limit_wait"] is None:
+                gate.count(due[task_id]["source"], stopped, delayed=1)
+        dropped.update(queued_of.get(task_id, [])[max(0, count - len(scheduled)) :])
+    wanted[:] = [item for place, item in enumerate(wanted) if place not in dropped]
+    return waits
+
+
+def moved_on(
+    due: Sequence[DueRow], advance: Mapping[str, datetime | None], waits: Mapping[str, str | None]
+) -> list[str]:
+    """The claimed tasks whose row changes (a task still waiting for the same limit at the same occurrence does
+    not: a claim that finds a thousand tasks still waiting does not rewrite them)."""
+    rows = {row["id"]: row for row in due}
+    return [
+        task_id
+        for task_id, following in advance.items()
+        if task_id not in rows
+        or following != rows[task_id]["next_run_at"]
+        or waits.get(task_id) != rows[task_id]["limit_wait"]
+    ]
 
 
 def lost_ends(lost: Sequence[LostRow]) -> list[Ended]:

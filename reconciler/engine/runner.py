@@ -13,6 +13,7 @@ from reconciler.clock import Clock, utc_iso, utc_text
 from reconciler.db import queries
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
+from reconciler.engine.limits import retry_token
 from reconciler.engine.results import Results, attempt_params
 from reconciler.notify.events import Ended, ended_of
 from reconciler.targets.http import Attempt, Firer, Outcome
@@ -38,11 +39,21 @@ async def execute(
             async with store.connection() as conn:
                 await queries.run_attempt(conn, **attempt_params(claimed.run_id, attempt))
 
+    async def token() -> float:
+        async with store.transaction() as conn:
+            return await retry_token(conn, claimed.rated)
+
     # Progress is written between attempts: a run of one attempt has none to write.
     progress = on_attempt if claimed.spec.policy.retries else None
     try:
         outcome = await firer.fire(
-            claimed.task_id, claimed.spec, claimed.scheduled_for, progress, claimed.deadline, claimed.key
+            claimed.task_id,
+            claimed.spec,
+            claimed.scheduled_for,
+            progress,
+            claimed.deadline,
+            claimed.key,
+            token if claimed.rated else None,
         )
     except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
         log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__, exc_info=True)

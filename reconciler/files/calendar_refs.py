@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from reconciler.files.calendars import Calendars
 from reconciler.files.problems import FileError
+from reconciler.files.references import missing, users_of
 from reconciler.files.tasks import Task
-from reconciler.spec.model import did_you_mean
 from reconciler.spec.task import calendars_named
 
 KINDS_OF = {"trigger.business_days": "business_days", "policy.blackouts": "blackout"}
@@ -25,9 +25,7 @@ def calendar_errors(tasks: Iterable[Task], calendars: Calendars) -> list[FileErr
         business, blackouts = calendars_named(task.normalized)
         named += [(task, "trigger.business_days", business)] if business else []
         named += [(task, "policy.blackouts", name) for name in blackouts]
-    users: dict[str, list[str]] = {}
-    for task, _, name in named:
-        users.setdefault(name, []).append(task.id)
+    users = users_of((task.id, name) for task, _, name in named)
     errors: list[FileError] = []
     for task, key, name in named:
         line = task.line_of(*key.split("."))
@@ -35,7 +33,8 @@ def calendar_errors(tasks: Iterable[Task], calendars: Calendars) -> list[FileErr
             continue  # its own file's errors are reported there
         found = calendars.by_name.get(name)
         if found is None:
-            errors.append(FileError(task.path, line, key, _missing(name, sorted(set(users[name])), calendars)))
+            message = missing("calendar", name, users[name], calendars.by_name, calendars.root)
+            errors.append(FileError(task.path, line, key, message))
         elif found.spec.kind != KINDS_OF[key]:
             wanted = KINDS_OF[key]
             errors.append(
@@ -48,17 +47,6 @@ def calendar_errors(tasks: Iterable[Task], calendars: Calendars) -> list[FileErr
                 )
             )
     return errors
-
-
-def _missing(name: str, users: list[str], calendars: Calendars) -> str:
-    shown = ", ".join(users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
-    near = did_you_mean(name, calendars.by_name)
-    hint = f"did you mean {near!r}? " if near else ""
-    root = calendars.root.rstrip("/")
-    return (
-        f"no calendar {name!r} in {root} (used by {len(users)} task(s): {shown}); "
-        f"{hint}add {root}/{name}.toml, or stop naming it in those tasks"
-    )
 
 
 def bind_all(tasks: list[Task], calendars: Calendars) -> list[Task]:

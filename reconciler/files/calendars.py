@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.clock import utcnow
-from reconciler.files.directory import read_dir
+from reconciler.files.directory import Named, load_named
 from reconciler.files.kinds import Declared, ErrorAt, Kind
 from reconciler.files.problems import FileError
 from reconciler.schedule.base import TriggerError
@@ -113,15 +113,8 @@ class CalendarKind(Kind[Calendar]):
 CALENDARS = CalendarKind()
 
 
-@dataclass
-class Calendars:
+class Calendars(Named[Calendar]):
     """A calendars directory loaded: the valid calendars by name, and an error for everything else."""
-
-    root: str
-    by_name: dict[str, Calendar]
-    errors: list[FileError]
-    present: bool = True
-    invalid: set[str] = field(default_factory=set)  # names of files with errors: reported once, in their file
 
     def stored(self) -> dict[str, dict[str, Any]]:
         """Every valid calendar as apply stores it, by name."""
@@ -134,6 +127,4 @@ def load_calendars(
     """Every `NAME.toml` directly in `calendars_dir` (none when it does not exist, unless `required`),
     resolved around `year` (default: this year, UTC)."""
     kind = CalendarKind(year if year is not None else utcnow().year)
-    files = read_dir(kind, calendars_dir, display_root, required)
-    found, errors = files.check()
-    return Calendars(files.root, {c.name: c for c in found}, errors, files.present, files.failed(errors))
+    return load_named(kind, Calendars, calendars_dir, display_root, required)

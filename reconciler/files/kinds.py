@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -24,6 +25,7 @@ from reconciler.spec.values import ID_SEGMENT, id_problem
 # (key path, message, key as shown when not the path) → the file's error at that key
 ErrorAt = Callable[..., FileError]
 ItemT = TypeVar("ItemT", bound="Declared")
+SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
 def canonical_json(normalized: dict[str, Any]) -> str:
@@ -74,6 +76,22 @@ class Declared:
     def spec_hash(self) -> str:
         """A stable hash of the normalized spec."""
         return hash_canonical(self.canonical)
+
+
+@dataclass(frozen=True)
+class NamedItem(Declared, Generic[SpecT]):
+    """A valid file of a kind named by its files (`limits.d/NAME.toml`): its name, path, model and text."""
+
+    name: str
+    path: str
+    spec: SpecT
+    source: str = field(default="", repr=False)  # the file's text, for the line of a key
+
+    def key(self) -> str:
+        return self.name
+
+    def model(self) -> SpecT:
+        return self.spec
 
 
 class Kind(Generic[ItemT]):

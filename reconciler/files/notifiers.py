@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.files.directory import read_dir
+from reconciler.files.directory import Named, load_named
 from reconciler.files.kinds import Declared, ErrorAt, Kind, validate
 from reconciler.files.problems import FileError
 from reconciler.spec.notifier import NotifierSpec, SlackNotifier, WebhookNotifier
@@ -79,15 +79,8 @@ def validate_notifier(name: str, display: str, source: str) -> tuple[Notifier | 
     return validate(NOTIFIERS, name, display, source)
 
 
-@dataclass
-class Notifiers:
+class Notifiers(Named[Notifier]):
     """A notifiers directory loaded: the valid notifiers by name, and an error for everything else."""
-
-    root: str
-    by_name: dict[str, Notifier]
-    errors: list[FileError]
-    present: bool = True  # the directory exists
-    invalid: set[str] = field(default_factory=set)  # names of files with errors: reported once, in their file
 
     @property
     def named(self) -> set[str]:
@@ -96,9 +89,5 @@ class Notifiers:
 
 
 def load_notifiers(notifiers_dir: Path, display_root: str | None = None, required: bool = False) -> Notifiers:
-    """Every `NAME.toml` directly in `notifiers_dir` (none when it does not exist, unless `required`: it was
-    named on the command line); `_` and `.` names skipped. Anything else there is an error."""
-    files = read_dir(NOTIFIERS, notifiers_dir, display_root, required)
-    found, errors = files.check()
-    by_name = {notifier.name: notifier for notifier in found}
-    return Notifiers(files.root, by_name, errors, files.present, files.failed(errors))
+    """Every `NAME.toml` directly in `notifiers_dir` (see load_named)."""
+    return load_named(NOTIFIERS, Notifiers, notifiers_dir, display_root, required)

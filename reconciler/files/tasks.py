@@ -16,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from reconciler.files.calendars import Calendars
 from reconciler.files.directory import DirFiles, read_dir
 from reconciler.files.kinds import Declared, ErrorAt, Kind, check_data, validate
+from reconciler.files.limits import Limits
 from reconciler.files.notifiers import Notifiers
 from reconciler.files.problems import FileError, FileWarning
 from reconciler.files.text import BOM
@@ -131,6 +132,7 @@ class LoadResult:
     errors: list[FileError]
     notifiers: Notifiers | None = None  # notifiers.d, when the command reads it (see commands.load_or_report)
     calendars: Calendars | None = None  # calendars.d, likewise
+    limits: Limits | None = None  # limits.d, likewise
 
     @property
     def ok(self) -> bool:

@@ -32,6 +32,37 @@ class TaskState:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     pause: Mapping[str, Any] | None = None  # its pause in force (`reconciler pause`), None when it has none
+    limit_wait: str | None = None  # the limit its due occurrence waits for
+    limits: Sequence[Mapping[str, Any]] = ()  # the limits it names, as they stand (limits_named)
+
+    @property
+    def full(self) -> str | None:
+        """The first limit it names that has no room now (a queued run of it waits for that one)."""
+        for limit in self.limits:
+            if limit_full(limit):
+                return str(limit["name"])
+        return None
+
+
+def limit_full(limit: Mapping[str, Any]) -> bool:
+    """Whether a limit (limits_named's row) has no room now: max_in_flight running, or less than a token."""
+    if limit["max_in_flight"] is not None and limit["in_flight"] >= limit["max_in_flight"]:
+        return True
+    return limit["rate_per_second"] is not None and (limit["tokens"] or 0) < 1
+
+
+def limit_line(limit: Mapping[str, Any]) -> str:
+    """One limit a task names, as it stands: `billing-api: max_in_flight = 4 (4 running), … — full`."""
+    parts = []
+    if limit["max_in_flight"] is not None:
+        parts.append(f"max_in_flight = {limit['max_in_flight']} ({limit['in_flight']} running)")
+    if limit["rate_per_second"] is not None:
+        parts.append(
+            f"rate_per_second = {limit['rate_per_second']:g}, burst = {limit['burst']:g} "
+            f"({limit['tokens'] or 0:.1f} token(s) now)"
+        )
+    state = "full: runs wait for room" if limit_full(limit) else "has room"
+    return f"{limit['name']}: {', '.join(parts)} — {state}"
 
 
 def occurrences_around(schedule: Schedule, at: datetime, count: int = AROUND) -> list[Fire]:
@@ -93,9 +124,12 @@ def _calendar_lines(spec: TaskSpec, shown: list[Fire], at: datetime, zone: ZoneI
     return lines
 
 
-def _run_text(run: Mapping[str, Any]) -> str:
+def _run_text(run: Mapping[str, Any], full: str | None = None) -> str:
+    """A run's outcome; `full`: a limit of its task with no room now (a queued run waits for it)."""
     late = (run["claimed_at"] - run["scheduled_for"]).total_seconds() if run.get("claimed_at") else None
     parts = [str(run["status"])]
+    if run["status"] == "queued" and full is not None:
+        parts.append(f"waiting for limit {full}")
     if run.get("http_status") is not None:
         parts.append(f"HTTP {run['http_status']}")
     if run.get("attempt"):
@@ -112,11 +146,31 @@ def _run_text(run: Mapping[str, Any]) -> str:
     return f"{text}: {run['error']}" if run.get("error") else text
 
 
+def _limit_lines(task: TaskState) -> list[str]:
+    """The limits a task names, as they stand, and the one its due occurrence waits for."""
+    named = task.spec.policy.limits or []
+    found = {str(limit["name"]): limit for limit in task.limits}
+    lines = [
+        f"  limit {limit_line(found[name])}"
+        if name in found
+        else f"  limit {name}: not in the database (apply limits.d)"
+        for name in named
+    ]
+    if task.limit_wait is not None:
+        lines.append(
+            f"  waiting for limit {task.limit_wait}: its due occurrence starts when the limit has room, "
+            "oldest first and in turn with the limit's other tasks; past misfire_grace_seconds it is recorded missed"
+        )
+    return lines
+
+
 def _missing_text(task: TaskState, fire: Fire, now: datetime) -> str:
     if not task.enabled:
         return "no run: the task is disabled (disabled time is not caught up)"
     if fire.at > now:
         return "upcoming" + (" (next_run_at)" if task.next_run_at == fire.at else "")
+    if task.limit_wait is not None and task.next_run_at is not None and fire.at >= task.next_run_at:
+        return f"due, waiting for limit {task.limit_wait}"
     if task.next_run_at is not None and fire.at >= task.next_run_at:
         return "due, not claimed yet: is an engine running? (`reconciler status` lists live engines)"
     if task.created_at is not None and fire.at < task.created_at:
@@ -156,6 +210,7 @@ def explain(
     window = _window_note(spec, at)
     if window:
         lines.append(f"  window: {window}")
+    lines += _limit_lines(task)
     lines.append(f"around {_when(at, zone)}:")
     by_time = {r["scheduled_for"]: r for r in runs if r["kind"] not in ("manual", "backfill")}
     backfilled: dict[datetime, list[Mapping[str, Any]]] = {}
@@ -169,11 +224,11 @@ def explain(
             marked = True
         run = by_time.get(fire.at)
         again = backfilled.get(fire.at, [])
-        outcome = _run_text(run) if run else _missing_text(task, fire, now)
+        outcome = _run_text(run, task.full) if run else _missing_text(task, fire, now)
         lines.append(f"  {fire_line(fire, zone)}  → {outcome}")
         lines += _under(run)
         for other in again:
-            lines.append(f"    backfill #{other['backfill_id']} run {other['id']} → {_run_text(other)}")
+            lines.append(f"    backfill #{other['backfill_id']} run {other['id']} → {_run_text(other, task.full)}")
             lines += _under(other)
     if not shown:
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
@@ -182,7 +237,9 @@ def explain(
     lines += _calendar_lines(spec, shown, at, zone)
     manual = [r for r in runs if r["kind"] == "manual"]
     for run in manual:
-        lines.append(f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run)}")
+        lines.append(
+            f"  manual run {run['id']} requested {_when(run['scheduled_for'], zone)} → {_run_text(run, task.full)}"
+        )
         lines += _under(run)
     return lines
 

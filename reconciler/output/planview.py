@@ -9,7 +9,9 @@ comment: past a budget, the remaining changes are listed by id only.
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -21,6 +23,7 @@ from reconciler.spec.task import Policy
 
 if TYPE_CHECKING:
     from reconciler.reconcile.calendars import CalendarChange
+    from reconciler.reconcile.limits import LimitChange
     from reconciler.reconcile.notifiers import NotifierChange
 from reconciler.output.text import excluded_lines, pause_line, safe
 
@@ -97,19 +100,38 @@ def notifier_summary(spec: dict[str, Any]) -> str:
     return "webhook " + target_summary({"target": spec})
 
 
-def notifier_lines(change: NotifierChange, marks: dict[str, str]) -> list[str]:
-    """One notifier change: its head, then `path: live → desired` (or what it sends to, created or deleted)."""
+def named_lines(
+    what: str, change: NotifierChange | LimitChange, marks: dict[str, str], summary: Callable[[dict[str, Any]], str]
+) -> list[str]:
+    """One change of a `what` (notifier, limit): its head, then `path: live → desired` (or its summary, created
+    or deleted)."""
     mark = marks[change.op]
-    lines = [f"{mark} notifier {change.name}"]
+    lines = [f"{mark} {what} {change.name}"]
     lines += [f"{mark}     {f.path}: {_value(f.path, f.old)} → {_value(f.path, f.new)}" for f in change.fields]
     spec = change.after if change.op == "create" else change.before if change.op == "delete" else None
     if spec is not None:
-        lines.append(f"{mark}     {notifier_summary(spec)}")
+        lines.append(f"{mark}     {summary(spec)}")
     return [safe(line) for line in lines]
 
 
 def _notifier_blocks(plan: Plan, marks: dict[str, str]) -> list[str]:
-    return [line for change in plan.notifiers for line in notifier_lines(change, marks)]
+    return [line for change in plan.notifiers for line in named_lines("notifier", change, marks, notifier_summary)]
+
+
+def limit_summary(spec: dict[str, Any]) -> str:
+    """`at most 4 in flight; 10 a second, bursts of 10`."""
+    parts = []
+    if isinstance(spec.get("max_in_flight"), int):
+        parts.append(f"at most {spec['max_in_flight']:,} in flight")
+    rate = spec.get("rate_per_second")
+    if isinstance(rate, int | float):
+        burst = spec.get("burst") or max(1, math.ceil(rate))
+        parts.append(f"{rate:g} a second, bursts of {burst:,}")
+    return "; ".join(parts) or "no numbers"
+
+
+def _limit_blocks(plan: Plan, marks: dict[str, str]) -> list[str]:
+    return [line for change in plan.limits for line in named_lines("limit", change, marks, limit_summary)]
 
 
 def calendar_summary(spec: dict[str, Any]) -> str:
@@ -212,14 +234,12 @@ def summary_line(plan: Plan) -> str:
     )
     text += f", {s['drift']} drifted" if s["drift"] else ""
     text += f", {len(plan.paused)} paused" if plan.paused else ""  # a runtime state, not a change
-    if plan.notifiers:  # only then: the line of a plan without notifier changes is what it always was
-        ops = [change.op for change in plan.notifiers]
-        counts = ", ".join(f"{ops.count(op)} to {op}" for op in ("create", "update", "delete"))
-        text += f"; notifiers: {counts}"
-    if plan.calendars:  # likewise
-        ops = [change.op for change in plan.calendars]
-        counts = ", ".join(f"{ops.count(op)} to {op}" for op in ("create", "update", "delete"))
-        text += f"; calendars: {counts}"
+    # Each kind only when it changes: the line of a plan without notifier changes is what it always was.
+    kinds: list[tuple[str, list[Any]]] = [("notifiers", plan.notifiers), ("calendars", plan.calendars)]
+    for what, changes in [*kinds, ("limits", plan.limits)]:
+        if changes:
+            ops = [change.op for change in changes]
+            text += f"; {what}: " + ", ".join(f"{ops.count(op)} to {op}" for op in ("create", "update", "delete"))
     return text + "."
 
 
@@ -255,6 +275,7 @@ def plan_text(plan: Plan, colour: bool = False) -> str:
         out.extend(block)
     out += _calendar_blocks(plan, SYMBOLS)
     out += _notifier_blocks(plan, SYMBOLS)
+    out += _limit_blocks(plan, SYMBOLS)
     out += [f"\x1b[34m{line}\x1b[0m" if colour else line for line in map(pause_line, plan.paused)]
     if not plan.has_changes:
         out.append("No changes. The database matches the task files.")
@@ -397,6 +418,13 @@ def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
             fence(_notifier_blocks(plan, DIFF_MARKS), "diff"),
         ]
         head += [""]
+    if plan.limits:
+        head += [
+            f"**Limits: {len(plan.limits)} change(s)**",
+            "",
+            fence(_capped(_limit_blocks(plan, DIFF_MARKS)), "diff"),
+            "",
+        ]
     if plan.paused:
         head += [
             f"⏸️ **Paused at runtime ({len(plan.paused)})**: not in git; an apply keeps a pause, "
@@ -406,7 +434,7 @@ def plan_markdown(plan: Plan, budget: int = MARKDOWN_BUDGET) -> str:
             "",
         ]
     changes = shown(plan)
-    if not changes and not plan.notifiers and not plan.calendars:
+    if not changes and not plan.notifiers and not plan.calendars and not plan.limits:
         head += ["No changes. The database matches the task files.", ""]
     tail = ["<sub>" + " · ".join(md_text(item) for item in _footer(plan)) + "</sub>"]
     used = sum(len(line) + 1 for line in head + tail)
@@ -507,6 +535,18 @@ def plan_dict(plan: Plan) -> dict[str, object]:
                 "summary": calendar_summary(c.after or c.before or {}),
             }
             for c in plan.calendars
+        ]
+    if plan.limits:  # likewise
+        out["limits"] = [
+            {
+                "op": c.op,
+                "name": c.name,
+                "fields": [{"path": f.path, "old": f.old, "new": f.new} for f in c.fields],
+                "before": c.before,
+                "after": c.after,
+                "summary": limit_summary(c.after or c.before or {}),
+            }
+            for c in plan.limits
         ]
     return out
 

@@ -68,6 +68,7 @@ def status_item(row: Mapping[str, Any], pauses: Mapping[str, PauseRow], now: dat
         "next_run_local": local(next_run_at, row["timezone"], machine=machine),
         # a paused task fires nothing on purpose: no engine is failing to claim it
         "overdue": row["id"] not in pauses
+        and not row.get("limit_wait")
         and render.is_overdue(row["enabled"], next_run_at, render.grace_seconds(task_row.spec), now),
         "last_run_at": row["last_scheduled_for"],
         "last_status": row["last_status"],
@@ -75,6 +76,8 @@ def status_item(row: Mapping[str, Any], pauses: Mapping[str, PauseRow], now: dat
         "last_finished_at": row["last_finished_at"],
         "drift": is_drifted(task_row),
         "paused": paused_fields(pauses.get(row["id"])),
+        # a due occurrence held back by a limit (limits.d): an engine claimed it and will start it when it has room
+        "waiting_for": row.get("limit_wait"),
     }
 
 
@@ -192,7 +195,19 @@ async def explain_lines(conn: Conn, task_id: str, asked: datetime | None) -> lis
     between = await command_queries.runs_between(conn, task_id=task_id, lo=lo, hi=hi)
     runs = await with_notifications(conn, between)
     pause = (await operator_queries.pauses_readable(conn, ids=[task_id])).get(task_id)
-    task = TaskState(row["id"], spec, row["enabled"], row["next_run_at"], row["created_at"], row["updated_at"], pause)
+    named = spec.policy.limits or []
+    limits = await command_queries.limits_named(conn, source=row["source"], names=named) if named else []
+    task = TaskState(
+        row["id"],
+        spec,
+        row["enabled"],
+        row["next_run_at"],
+        row["created_at"],
+        row["updated_at"],
+        pause,
+        row["limit_wait"],
+        limits,
+    )
     lines = explain(task, shown, runs, at, now)
     changed = row["revision"] or "unknown (applied without a revision)"
     return [*lines[:1], f"last changed by revision {changed} at {utc_text(row['updated_at'])}", *lines[1:]]

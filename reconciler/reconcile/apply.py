@@ -19,14 +19,17 @@ from reconciler.db.store import Conn, Store, TaskRow
 from reconciler.db.task_writes import TaskValues, TaskWrites
 from reconciler.errors import UserError
 from reconciler.files.calendars import Calendars
+from reconciler.files.limits import Limits
 from reconciler.files.notifiers import Notifiers
 from reconciler.files.tasks import LoadResult, Stored, Task, read_files
 from reconciler.notify.events import stateful
 from reconciler.reconcile import revision
 from reconciler.reconcile.audit import Operator, record, whoami
 from reconciler.reconcile.calendars import calendar_rows, write_calendars
+from reconciler.reconcile.limit_rates import rate_warnings
+from reconciler.reconcile.limits import limit_rows, write_limits
 from reconciler.reconcile.notifiers import notifier_rows, write_notifiers
-from reconciler.reconcile.plan import Change, Plan, attach_calendars, attach_notifiers, make_plan
+from reconciler.reconcile.plan import Change, Plan, attach_calendars, attach_limits, attach_notifiers, make_plan
 from reconciler.reconcile.revision import LiveRevision, Revision
 
 NOTIFY_IDS_CAP = 100
@@ -216,49 +219,71 @@ async def apply_tasks(
     options: ApplyOptions = ApplyOptions(),
     notifiers: Notifiers | None = None,
     calendars: Calendars | None = None,
+    limits: Limits | None = None,
 ) -> ApplyResult:
     """Plan against the locked current state and write the diff in one transaction (the source's
-    notifiers too, unless `notifiers` is None: then they are left as they are).
+    notifiers, calendars and limits too, unless None: then they are left as they are).
 
     `now` is the database's clock unless given (tests and replays): engines on other machines
     advance the same rows, so the applying machine's clock must not decide what "from now" is."""
     async with store.transaction() as conn:
-        await Store.lock_apply(conn)
-        rows = await Store.tasks(conn)
-        plan = make_plan(tasks, rows, source, now or await database_now(conn), prune=options.prune)
-        if notifiers is not None:
-            attach_notifiers(plan, notifiers, await notifier_rows(conn), tasks, rows)
-        if calendars is not None:
-            attach_calendars(plan, calendars, await calendar_rows(conn))
-        judge(plan, rows, await live_revision(conn, source), options)
-        plan.paused = await paused_of(conn, rows, source)
-        if plan.refused:
-            raise PlanRefused("; ".join(plan.refused))
-        if not plan.has_changes:
-            # Not even the audit row: `watch` and `up` apply on every save, and a row per save would
-            # bury the applies that changed something (and bump the live revision to a no-op's).
-            return ApplyResult(plan, 0)
-        writes = [c for c in plan.changes if c.writes]
-        await lock_retimed(conn, writes)
-        if now is None:  # read after the row locks: a claim that held one committed before this instant
-            now = await database_now(conn)
-            for change in writes:
-                change.preview_from = now if change.preview_from else None
-        await write_calendars(conn, plan.calendars, source)
-        await write_notifiers(conn, plan.notifiers, source)
-        await write_changes(conn, writes, source, now, options.revision.revision)
-        if resets := state_resets(writes):
-            await apply_queries.notify_state_reset(conn, ids=resets)
-        await record_apply(conn, plan, now, options.revision, options.operator)
-        if writes:
-            # Unchanged rows without their file's digest (an older reconciler wrote them, or the
-            # parser changed) get it only from an apply that writes tasks anyway: one that changes only
-            # notifiers leaves every task row (its xmin) as it was.
-            await seal_unchanged(conn, plan.changes)
-            ids = [c.id for c in writes]
-            payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
-            await Store.notify(conn, json.dumps(payload))
-    return ApplyResult(plan, len(writes) + len(plan.notifiers) + len(plan.calendars))
+        result = await _apply_locked(conn, tasks, source, now, options, notifiers, calendars, limits)
+    if limits is not None:  # after the transaction: a warning for people costs the apply no locked time
+        result.plan.warnings += rate_warnings(result.plan, limits)
+    return result
+
+
+async def _apply_locked(
+    conn: Conn,
+    tasks: list[Task],
+    source: str,
+    now: datetime | None,
+    options: ApplyOptions,
+    notifiers: Notifiers | None,
+    calendars: Calendars | None,
+    limits: Limits | None,
+) -> ApplyResult:
+    """apply_tasks in its transaction."""
+    await Store.lock_apply(conn)
+    rows = await Store.tasks(conn)
+    plan = make_plan(tasks, rows, source, now or await database_now(conn), prune=options.prune)
+    if notifiers is not None:
+        attach_notifiers(plan, notifiers, await notifier_rows(conn), tasks, rows)
+    if calendars is not None:
+        attach_calendars(plan, calendars, await calendar_rows(conn))
+    if limits is not None:
+        attach_limits(plan, limits, await limit_rows(conn), tasks, rows)
+    judge(plan, rows, await live_revision(conn, source), options)
+    plan.paused = await paused_of(conn, rows, source)
+    if plan.refused:
+        raise PlanRefused("; ".join(plan.refused))
+    if not plan.has_changes:
+        # Not even the audit row: `watch` and `up` apply on every save, and a row per save would
+        # bury the applies that changed something (and bump the live revision to a no-op's).
+        return ApplyResult(plan, 0)
+    writes = [c for c in plan.changes if c.writes]
+    await lock_retimed(conn, writes)
+    if now is None:  # read after the row locks: a claim that held one committed before this instant
+        now = await database_now(conn)
+        for change in writes:
+            change.preview_from = now if change.preview_from else None
+    # The kinds the tasks name first (the registry's order): a task is written after everything it names.
+    await write_calendars(conn, plan.calendars, source)
+    await write_limits(conn, plan.limits, source)
+    await write_notifiers(conn, plan.notifiers, source)
+    await write_changes(conn, writes, source, now, options.revision.revision)
+    if resets := state_resets(writes):
+        await apply_queries.notify_state_reset(conn, ids=resets)
+    await record_apply(conn, plan, now, options.revision, options.operator)
+    if writes:
+        # Unchanged rows without their file's digest (an older reconciler wrote them, or the
+        # parser changed) get it only from an apply that writes tasks anyway: one that changes only
+        # notifiers leaves every task row (its xmin) as it was.
+        await seal_unchanged(conn, plan.changes)
+        ids = [c.id for c in writes]
+        payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
+        await Store.notify(conn, json.dumps(payload))
+    return ApplyResult(plan, len(writes) + len(plan.notifiers) + len(plan.calendars) + len(plan.limits))
 
 
 async def paused_of(conn: Conn, rows: list[TaskRow], source: str) -> list[operator_queries.PauseRow]:
@@ -296,6 +321,8 @@ async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision, ope
         details["notifiers"] = {n.name: n.op for n in plan.notifiers}
     if plan.calendars:
         details["calendars"] = {c.name: c.op for c in plan.calendars}
+    if plan.limits:
+        details["limits"] = {c.name: c.op for c in plan.limits}
     await record(conn, operator, "apply", plan.source, list(changes), details)
 
 
@@ -325,6 +352,7 @@ async def read_plan(
     options: ApplyOptions = ApplyOptions(),
     notifiers: Notifiers | None = None,
     calendars: Calendars | None = None,
+    limits: Limits | None = None,
 ) -> Plan:
     """A read-only plan with apply's verdict: no lock, no DDL, no rows written.
 
@@ -337,6 +365,7 @@ async def read_plan(
         live = await live_revision(conn, source) if "applies" in tables else None
         stored = await notifier_rows(conn) if "notifiers" in tables else []
         stored_calendars = await calendar_rows(conn) if "calendars" in tables else []
+        stored_limits = await limit_rows(conn) if "limits" in tables else []
         paused = await paused_of(conn, rows, source) if "pauses" in tables else []
     plan = make_plan(tasks, rows, source, now, prune=options.prune)
     plan.paused = paused
@@ -344,7 +373,10 @@ async def read_plan(
         attach_notifiers(plan, notifiers, stored, tasks, rows)
     if calendars is not None:
         attach_calendars(plan, calendars, stored_calendars)
+    if limits is not None:
+        attach_limits(plan, limits, stored_limits, tasks, rows)
     plan = judge(plan, rows, live, options)
+    plan.warnings += rate_warnings(plan, limits) if limits is not None else []
     if "tasks" not in tables:
         plan.schema_missing = True
         plan.warnings.append("the database has no scheduler schema yet: apply will create it")

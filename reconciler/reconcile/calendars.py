@@ -10,22 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.db import apply_queries
-from reconciler.db.apply_queries import StoredCalendarRow
 from reconciler.db.store import Conn
 from reconciler.files.calendars import Calendar, holidays_version
-from reconciler.reconcile.diff import FieldDiff, Op, diff_declared
+from reconciler.reconcile.diff import FieldDiff, Op, StoredRow, diff_declared
 
 
-@dataclass(frozen=True)
-class CalendarRow:
-    source: str
-    name: str
-    spec: dict[str, Any]
-    spec_hash: str
-
-    @classmethod
-    def from_row(cls, row: StoredCalendarRow) -> CalendarRow:
-        return cls(row["source"], row["name"], row["spec"], row["spec_hash"])
+class CalendarRow(StoredRow):
+    """A row of scheduler.calendars."""
 
 
 @dataclass

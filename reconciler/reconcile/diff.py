@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol, Self, TypeVar
 
 from reconciler.files.kinds import Declared
 
@@ -31,6 +31,36 @@ class StoredSpec(Protocol):
     def spec(self) -> dict[str, Any]: ...
     @property
     def spec_hash(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    """A stored item of a kind stored whole (a notifier, a calendar, a limit): a row of its table."""
+
+    source: str
+    name: str
+    spec: dict[str, Any]
+    spec_hash: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Self:
+        return cls(row["source"], row["name"], row["spec"], row["spec_hash"])
+
+
+@dataclass
+class ItemChange(Generic[D]):
+    """What apply does to one item of a kind stored whole: its op, the fields it changes, the file's item
+    (create, update) and the stored spec (update, delete)."""
+
+    op: Op  # create | update | delete
+    name: str
+    fields: list[FieldDiff] = field(default_factory=list)
+    item: D | None = None
+    before: dict[str, Any] | None = None
+
+    @property
+    def after(self) -> dict[str, Any] | None:
+        return self.item.normalized if self.item is not None else None
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -1,11 +1,12 @@
-"""`reconciler export`: the database's tasks and notifiers written back as files (adoption).
+"""`reconciler export`: the database's tasks, notifiers, calendars and limits written back as files (adoption).
 
-Safe by construction: a new directory by default (`exported.d`, its notifiers in `notifiers.d` beside
-it, where `plan` looks for them), no existing file replaced without --force (every target is checked
-before any is written), only the keys whose value differs from the model's default, the model's types
-(a float field holding 30.0 is written 30), no `moved_from`, and no literal secret: an old row's
-literal credential becomes an `{ env = "EXPORTED_…" }` placeholder with a warning. Every valid file is
-re-loaded before anything is written; it must give the stored spec's hash (moved_from aside).
+Safe by construction: a new directory by default (`exported.d`, its notifiers, calendars and limits in
+`notifiers.d`, `calendars.d` and `limits.d` beside it, where `plan` looks for them), no existing file
+replaced without --force (every target is checked before any is written), only the keys whose value
+differs from the model's default, the model's types (a float field holding 30.0 is written 30), no
+`moved_from`, and no literal secret: an old row's literal credential becomes an `{ env = "EXPORTED_…" }`
+placeholder with a warning. Every valid file is re-loaded before anything is written; it must give the
+stored spec's hash (moved_from aside).
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ from reconciler.db.store import TaskRow
 from reconciler.errors import UserError
 from reconciler.files.calendars import CALENDARS
 from reconciler.files.kinds import Kind, check_data, spec_hash, validate
+from reconciler.files.limits import LIMITS
 from reconciler.files.notifiers import NOTIFIERS
 from reconciler.files.problems import FileError, printable
 from reconciler.files.tasks import TASKS
 from reconciler.reconcile.calendars import CalendarRow
+from reconciler.reconcile.diff import StoredRow
+from reconciler.reconcile.limits import LimitRow
 from reconciler.reconcile.notifiers import NotifierRow
 from reconciler.spec.calendar import BlackoutCalendar, BusinessDaysCalendar
+from reconciler.spec.limit import LimitSpec
 from reconciler.spec.model import admitted
 from reconciler.spec.notifier import NotifierSpec
 from reconciler.spec.target import Target, is_credential_name
@@ -367,14 +372,21 @@ def _notifier_model(spec: dict[str, Any]) -> type[BaseModel]:
     return next((m for m in models if spec.get("kind") in get_args(m.model_fields["kind"].annotation)), models[0])
 
 
-def export_notifier(row: NotifierRow, names: Placeholders) -> Exported:
-    """The notifier file for one row (`notifiers.d/NAME.toml`), checked like a task's: `{ env = … }` values
-    stay references, and a literal secret an older row holds becomes an `EXPORTED_NOTIFIER_…` placeholder."""
-    label = f"notifier {printable(row.name)}"
+def _unwritable(label: str, row: StoredRow) -> Exported | None:
+    """Why a row of a kind named by its files cannot be one (None: it can)."""
     if not ID_SEGMENT.fullmatch(row.name):
         return Exported(row.name, None, [f"{label}: skipped, the name cannot be a file name"])
     if not isinstance(row.spec, dict):
         return Exported(row.name, None, [f"{label}: skipped, the stored spec is not a table (JSON object)"])
+    return None
+
+
+def export_notifier(row: NotifierRow, names: Placeholders) -> Exported:
+    """The notifier file for one row (`notifiers.d/NAME.toml`), checked like a task's: `{ env = … }` values
+    stay references, and a literal secret an older row holds becomes an `EXPORTED_NOTIFIER_…` placeholder."""
+    label = f"notifier {printable(row.name)}"
+    if (skipped := _unwritable(label, row)) is not None:
+        return skipped
     model = _notifier_model(row.spec)
     spec, warnings = scrub_target(label, row.spec, names, "") if issubclass(model, Target) else (dict(row.spec), [])
     warnings += [  # a value that is a secret as a whole: a Slack webhook's url
@@ -388,19 +400,25 @@ def export_notifier(row: NotifierRow, names: Placeholders) -> Exported:
 def export_calendar(row: CalendarRow) -> Exported:
     """The calendar file for one row (`calendars.d/NAME.toml`): its spec without the holidays apply resolved."""
     label = f"calendar {printable(row.name)}"
-    if not ID_SEGMENT.fullmatch(row.name):
-        return Exported(row.name, None, [f"{label}: skipped, the name cannot be a file name"])
-    if not isinstance(row.spec, dict):
-        return Exported(row.name, None, [f"{label}: skipped, the stored spec is not a table (JSON object)"])
+    if (skipped := _unwritable(label, row)) is not None:
+        return skipped
     model = BlackoutCalendar if row.spec.get("kind") == "blackout" else BusinessDaysCalendar
     return _export_spec(CALENDARS, row.name, label, _written(row.spec), model, [])
 
 
-Named = TypeVar("Named", NotifierRow, CalendarRow)
+def export_limit(row: LimitRow) -> Exported:
+    """The limit file for one row (`limits.d/NAME.toml`)."""
+    label = f"limit {printable(row.name)}"
+    if (skipped := _unwritable(label, row)) is not None:
+        return skipped
+    return _export_spec(LIMITS, row.name, label, row.spec, LimitSpec, [])
+
+
+Named = TypeVar("Named", NotifierRow, CalendarRow, LimitRow)
 
 
 def one_per_name(rows: list[Named], what: str = "notifier") -> tuple[list[Named], list[str]]:
-    """The notifiers (calendars) of one exported directory: each name once (rows of several sources share it).
+    """The notifiers (calendars, limits) of one exported directory: each name once (rows of several sources share it).
     A name the sources declare alike is one file; one they declare differently is written from the first
     source (in order), with a warning naming the others."""
     by_name: dict[str, list[Named]] = {}

@@ -8,22 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.db import apply_queries
-from reconciler.db.apply_queries import StoredNotifierRow
 from reconciler.db.store import Conn
 from reconciler.files.notifiers import Notifier
-from reconciler.reconcile.diff import FieldDiff, Op, diff_declared
+from reconciler.reconcile.diff import FieldDiff, Op, StoredRow, diff_declared
 
 
-@dataclass(frozen=True)
-class NotifierRow:
-    source: str
-    name: str
-    spec: dict[str, Any]
-    spec_hash: str
-
-    @classmethod
-    def from_row(cls, row: StoredNotifierRow) -> NotifierRow:
-        return cls(row["source"], row["name"], row["spec"], row["spec_hash"])
+class NotifierRow(StoredRow):
+    """A row of scheduler.notifiers."""
 
 
 @dataclass

@@ -140,7 +140,12 @@ async def resume_tasks(store: Store, selection: Selection, operator: Operator) -
                     outcome.unschedulable[row["id"]] = one_line(exc)
         if outcome.next_runs:
             await execute(
-                conn, queries.tasks_advance(ids=list(outcome.next_runs), nexts=list(outcome.next_runs.values()))
+                conn,
+                queries.tasks_advance(
+                    ids=list(outcome.next_runs),
+                    nexts=list(outcome.next_runs.values()),
+                    waits=[None] * len(outcome.next_runs),
+                ),
             )
         details = {
             "selected": selection.describe() if not selection.ids else None,

@@ -13,12 +13,15 @@ from reconciler.db.operator_queries import PauseRow
 from reconciler.db.store import TaskRow
 from reconciler.files.calendars import Calendars
 from reconciler.files.kinds import spec_hash
+from reconciler.files.limit_refs import limit_errors
+from reconciler.files.limits import Limits
 from reconciler.files.notifiers import Notifiers
 from reconciler.files.problems import FileError
 from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import Task
 from reconciler.reconcile.calendars import CalendarChange, CalendarRow, calendar_fields, diff_calendars, version
-from reconciler.reconcile.diff import FieldDiff, Op, diff_fields
+from reconciler.reconcile.diff import FieldDiff, Op, StoredRow, diff_fields
+from reconciler.reconcile.limits import LimitChange, LimitRow, diff_limits
 from reconciler.reconcile.notifiers import NotifierChange, NotifierRow, diff_notifiers
 from reconciler.reconcile.revision import LiveRevision
 from reconciler.schedule.excluded import Excluded, excluded_between
@@ -102,8 +105,10 @@ class Plan:
     schema_missing: bool = False
     notifiers: list[NotifierChange] = field(default_factory=list)  # see attach_notifiers
     calendars: list[CalendarChange] = field(default_factory=list)  # see attach_calendars
+    limits: list[LimitChange] = field(default_factory=list)  # see attach_limits
     # The source's tasks paused at runtime (`reconciler pause`): shown, never changed by an apply.
     paused: list[PauseRow] = field(default_factory=list)
+    planned_at: datetime | None = None  # the plan's `now`: what "from now" was (make_plan)
 
     def count(self, op: str) -> int:
         return sum(1 for c in self.changes if c.op == op)
@@ -116,7 +121,7 @@ class Plan:
 
     @property
     def has_changes(self) -> bool:
-        return any(c.writes for c in self.changes) or bool(self.notifiers) or bool(self.calendars)
+        return any(c.writes for c in self.changes) or bool(self.notifiers) or bool(self.calendars) or bool(self.limits)
 
     @property
     def digest(self) -> str:
@@ -131,10 +136,9 @@ class Plan:
             described.append(
                 [[n.op, n.name, n.after, [[f.path, f.old, f.new] for f in n.fields]] for n in self.notifiers]
             )
-        if self.calendars:  # likewise
-            described.append(
-                [[c.op, c.name, c.after, [[f.path, f.old, f.new] for f in c.fields]] for c in self.calendars]
-            )
+        for kind in (self.calendars, self.limits):  # likewise
+            if kind:
+                described.append([[c.op, c.name, c.after, [[f.path, f.old, f.new] for f in c.fields]] for c in kind])
         text = json.dumps(described, sort_keys=True, default=str, ensure_ascii=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -253,23 +257,48 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
             if row.source == source and row.id not in consumed and row.id not in wanted:
                 changes.append(Change("delete", row.id, row=row, drift=is_drifted(row)))
     changes.sort(key=lambda c: c.id)
-    return Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune)
+    return Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune, planned_at=now)
+
+
+def folded(fingerprint: str, lines: list[str]) -> str:
+    """A fingerprint that also covers `lines` (none: the fingerprint as it was)."""
+    if not lines:
+        return fingerprint
+    digest = hashlib.sha256(fingerprint.encode())
+    for line in lines:
+        digest.update(line.encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def stored_lines(what: str, stored: list[StoredRow]) -> list[str]:
+    """What a plan read of a kind stored whole, as lines of its state fingerprint (`what` "": the notifiers')."""
+    prefix = f"{what}\0" if what else ""
+    return [f"{prefix}{r.source}\0{r.name}\0{r.spec_hash}\n" for r in sorted(stored, key=lambda r: (r.source, r.name))]
 
 
 def attach_calendars(plan: Plan, calendars: Calendars, stored: list[CalendarRow]) -> Plan:
     """Add the calendar changes to `plan`, and the calendar rows to its state fingerprint (a saved plan is stale
     once they change). The tasks a calendar change retimes are in the plan's changes already (make_plan)."""
     plan.calendars = diff_calendars(calendars.by_name, stored, plan.source)
-    if calendars.by_name:  # a saved plan is stale once a calendar file changes too
-        files = hashlib.sha256(plan.files_fingerprint.encode())
-        for name, calendar in sorted(calendars.by_name.items()):
-            files.update(f"calendar\0{name}\0{calendar.spec_hash}\n".encode())
-        plan.files_fingerprint = "sha256:" + files.hexdigest()
-    if stored:
-        digest = hashlib.sha256(plan.state_fingerprint.encode())
-        for row in sorted(stored, key=lambda r: (r.source, r.name)):
-            digest.update(f"calendar\0{row.source}\0{row.name}\0{row.spec_hash}\n".encode())
-        plan.state_fingerprint = "sha256:" + digest.hexdigest()
+    # a saved plan is stale once a calendar file changes too
+    files = [f"calendar\0{name}\0{calendar.spec_hash}\n" for name, calendar in sorted(calendars.by_name.items())]
+    plan.files_fingerprint = folded(plan.files_fingerprint, files)
+    plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines("calendar", list(stored)))
+    return plan
+
+
+def attach_limits(plan: Plan, limits: Limits, stored: list[LimitRow], tasks: list[Task], rows: list[TaskRow]) -> Plan:
+    """Add the limit changes to `plan`, the limit files' errors and the limits its tasks name that limits.d lacks
+    to its conflicts (a task standing on its row is checked on the row's spec), and the limit files and rows to
+    its fingerprints."""
+    plan.limits = diff_limits(limits.by_name, stored, plan.source)
+    # a limit file with errors is no reason to delete its row: its errors refuse the plan
+    standing = {task.id for task in tasks if task.stored is not None}
+    stored_specs = {row.id: row.spec for row in rows if row.id in standing}
+    plan.conflicts += limits.errors + limit_errors(tasks, limits, stored_specs)
+    files = [f"limit\0{name}\0{limit.spec_hash}\n" for name, limit in sorted(limits.by_name.items())]
+    plan.files_fingerprint = folded(plan.files_fingerprint, files)
+    plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines("limit", list(stored)))
     return plan
 
 
@@ -281,9 +310,5 @@ def attach_notifiers(
     plan.notifiers = diff_notifiers(notifiers.by_name, stored, plan.source)
     stored_specs = {row.id: row.spec for row in rows}
     plan.conflicts += notifiers.errors + subscription_errors(tasks, stored_specs, notifiers)
-    if stored:
-        digest = hashlib.sha256(plan.state_fingerprint.encode())
-        for row in sorted(stored, key=lambda r: (r.source, r.name)):
-            digest.update(f"{row.source}\0{row.name}\0{row.spec_hash}\n".encode())
-        plan.state_fingerprint = "sha256:" + digest.hexdigest()
+    plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines("", list(stored)))
     return plan

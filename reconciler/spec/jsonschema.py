@@ -18,6 +18,7 @@ from pydantic_core import core_schema
 
 from reconciler.errors import UserError
 from reconciler.spec.calendar import WEEKDAYS, CalendarFile, LocalDate, Weekday
+from reconciler.spec.limit import LimitSpec
 from reconciler.spec.notifier import NotifierFile
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import MAX_CLOCK_TIMES, MAX_TEXT, ClockTimes, EnvRef, SecretRef, StrOrEnv, When
@@ -53,6 +54,14 @@ KINDS: dict[str, Kind] = {
         "One TOML file in calendars.d/: business days (kind business_days) or blackout windows (kind blackout) "
         "that tasks name. Checks keys, types and ranges; `reconciler validate` checks the rest (countries and "
         "subdivisions of the holidays package, cron expressions, time zones, DST).",
+    ),
+    "limit": Kind(
+        LimitSpec,
+        "reconciler limit file",
+        "One TOML file in limits.d/: how many runs of the tasks that name it may be in flight at once "
+        "(max_in_flight) and how many may start a second (rate_per_second, burst). Checks keys, types and ranges; "
+        "`reconciler validate` checks the rest (one of max_in_flight and rate_per_second, burst only with a rate, "
+        "the tasks' names of limits).",
     ),
 }
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from reconciler.spec.backoff import backoff_total
+from reconciler.spec.limit import LimitNames
 from reconciler.spec.model import Model
 from reconciler.spec.target import Target
 from reconciler.spec.trigger import Trigger
 from reconciler.spec.values import (
     DAY,
-    ID_SEGMENT,
     MAX_NAME,
     MAX_TEXT,
     CalendarName,
+    file_name,
     id_problem,
     text_rule,
     zone_problem,
@@ -54,6 +55,8 @@ class Policy(Model):
     # Absent from the stored spec when not given (older specs keep their hash); None: no blackouts, skip.
     blackouts: Annotated[list[CalendarName], Field(min_length=1, max_length=MAX_BLACKOUTS)] | None = None
     on_blackout: Literal["skip", "defer"] | None = None
+    # The limits (files of limits.d) the task's runs count against; absent when none (older specs keep their hash).
+    limits: LimitNames | None = None
 
     @property
     def backoff_total(self) -> float:
@@ -80,16 +83,7 @@ NOTIFY_EVENTS = ("failure", "recovery", "missed", "lost", "late")
 MAX_SUBSCRIPTIONS = 20  # notifiers per event
 
 
-def _notifier_name(value: str) -> str:
-    if not ID_SEGMENT.fullmatch(value):
-        raise ValueError(
-            f"{value[:MAX_NAME]!r} is not a notifier name: the file name of notifiers.d/NAME.toml, "
-            "matching [a-z0-9][a-z0-9_.-]{0,62}"
-        )
-    return value
-
-
-NotifierName = Annotated[str, AfterValidator(_notifier_name)]
+NotifierName = Annotated[str, file_name("notifier", "notifiers.d")]
 Subscribers = Annotated[list[NotifierName], Field(max_length=MAX_SUBSCRIPTIONS)]
 
 

@@ -183,16 +183,21 @@ def closest_zone(name: str) -> str | None:
     return found
 
 
-def _calendar_name(value: str) -> str:
-    if not ID_SEGMENT.fullmatch(value):
-        raise ValueError(
-            f"{value[:MAX_NAME]!r} is not a calendar name: the file name of calendars.d/NAME.toml, "
-            "matching [a-z0-9][a-z0-9_.-]{0,62}"
-        )
-    return value
+def file_name(what: str, directory: str) -> AfterValidator:
+    """The rule of a name a task gives a file of another kind (`what` in `directory`): the file's name."""
+
+    def check(value: str) -> str:
+        if not ID_SEGMENT.fullmatch(value):
+            raise ValueError(
+                f"{value[:MAX_NAME]!r} is not a {what} name: the file name of {directory}/NAME.toml, "
+                "matching [a-z0-9][a-z0-9_.-]{0,62}"
+            )
+        return value
+
+    return AfterValidator(check)
 
 
-CalendarName = Annotated[str, AfterValidator(_calendar_name)]
+CalendarName = Annotated[str, file_name("calendar", "calendars.d")]
 
 
 def id_problem(task_id: str) -> str | None:

@@ -188,6 +188,7 @@ def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) 
 
 
 OnAttempt = Callable[[Attempt], Awaitable[None]]
+Token = Callable[[], Awaitable[float]]  # a retry's token of its rate limits: 0 when taken, else the seconds to wait
 
 
 def _classify(exc: BaseException, timeout: float) -> tuple[str, bool]:
@@ -380,15 +381,19 @@ class Firer:
         on_attempt: OnAttempt | None = None,
         deadline: float | None = None,
         key: str | None = None,
+        token: Token | None = None,
     ) -> Outcome:
         """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
 
         `deadline` (time.monotonic()) is when the run's lease ends: no attempt runs past it and
         no backoff wait that would cross it is started; the run fails with the reason instead.
         `key` is the Idempotency-Key (default: the scheduled occurrence's).
+        `token`: the run counts against a rate limit. Its first request's token was taken by the claim, so it is
+        sent at once (no jitter: the limit spreads the requests); each retry waits for a token (`token()`: 0 when
+        taken, else the seconds to wait before asking again).
         """
         key = key or idempotency_key(task_id, scheduled_for)
-        delay = jitter_seconds(key, spec.policy.jitter_seconds)
+        delay = jitter_seconds(key, spec.policy.jitter_seconds) if token is None else 0
         if delay:
             await self._rest(delay)
         outcome = Outcome("failed")
@@ -415,7 +420,18 @@ class Firer:
                 attempt.error = f"{attempt.error}; not retried: waiting {wait:g} s would outlive the run's lease"
                 break
             await self._rest(wait)
+            if token is not None and (problem := await self._token(token, deadline)) is not None:
+                attempt.error = f"{attempt.error}; not retried: {problem}"
+                break
         return outcome
+
+    async def _token(self, token: Token, deadline: float | None) -> str | None:
+        """Wait (resting) for a retry's token of its rate limits; why not, when the run's lease ends first."""
+        while (wait := await token()) > 0:
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                return "its rate limit had no token for it before the run's lease ends"
+            await self._rest(wait)
+        return None
 
     async def _rest(self, seconds: float) -> None:
         """A jitter or backoff wait: it holds no slot, and `resting` counts the runs in one."""

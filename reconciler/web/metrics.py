@@ -29,7 +29,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from reconciler import __version__
 from reconciler.clock import DATABASE
-from reconciler.db import queries
+from reconciler.db import limit_queries, queries
+from reconciler.db.limit_queries import LimitHealthRow
 from reconciler.db.queries import EngineSeenRow, HealthRow
 from reconciler.db.store import Store
 from reconciler.engine.leader import Lease
@@ -96,6 +97,8 @@ class EngineMetrics:
         )
         self.outbox = Outbox(lease)
         registry.register(self.outbox)
+        self.limits = LimitGauges(lease)
+        registry.register(self.limits)
         Gauge(
             "reconciler_clock_offset_seconds",
             "The database's clock minus this machine's, as last measured at heartbeat (NaN: not yet); the "
@@ -306,6 +309,49 @@ class Outbox:
         }
 
 
+class LimitGauges:
+    """Per limit (limits.d) of the engine's sources: runs in flight, tokens, tasks waiting, and the counters of
+    occurrences delayed and missed for it, from the last read of the database; served only while `lease` is
+    held, as Health's. Series: five per limit."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.rows: list[LimitHealthRow] = []
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.lease.held:
+            return
+        labels = ["source", "limit"]
+        in_flight = GaugeMetricFamily(
+            "reconciler_limit_in_flight", "Runs in flight counted against the limit", labels=labels
+        )
+        tokens = GaugeMetricFamily(
+            "reconciler_limit_tokens", "Tokens in the limit's bucket (limits with rate_per_second)", labels=labels
+        )
+        waiting = GaugeMetricFamily(
+            "reconciler_limit_waiting", "Tasks whose due occurrence waits for the limit to have room", labels=labels
+        )
+        delayed = CounterMetricFamily(
+            "reconciler_limit_delayed", "Occurrences that had to wait for the limit", labels=labels
+        )
+        missed = CounterMetricFamily(
+            "reconciler_limit_missed", "Occurrences recorded missed after waiting for the limit", labels=labels
+        )
+        for row in self.rows:
+            key = [row["source"], row["name"]]
+            in_flight.add_metric(key, row["in_flight"])
+            if row["rate_per_second"] is not None:
+                tokens.add_metric(key, row["tokens"])
+            waiting.add_metric(key, row["waiting"])
+            delayed.add_metric(key, row["delayed_total"])
+            missed.add_metric(key, row["missed_total"])
+        yield from (in_flight, tokens, waiting, delayed, missed)
+
+    async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
+        async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
+            self.rows = await limit_queries.limits_health(conn, now=now, sources=sources)
+
+
 class Probe:
     """/healthz's and /readyz's check of the database: `SELECT 1` on a connection of its own, opened
     on demand, kept, and made again once broken. Not the claim's pool: a probe must neither wait
@@ -360,10 +406,12 @@ async def refresh_gauges(
                 leading = await lease.renew()
             if leading:
                 await metrics.health.read(store, now, sources)
+                await metrics.limits.read(store, now, sources)
                 await metrics.outbox.read(store, now, sources)  # last: a failed outbox read costs only its gauges
             else:  # a follower keeps nothing a later turn as leader could serve before its first read
                 metrics.health.clear()
                 metrics.outbox.values = {}
+                metrics.limits.rows = []
         except Exception as exc:  # the database away: the values age, the scrape goes on
             log.debug("gauges not refreshed: %s", type(exc).__name__)
         await asyncio.sleep(seconds)

@@ -13,7 +13,7 @@ from reconciler.files.calendars import CALENDARS, resolve_holidays
 from reconciler.files.kinds import validate
 from reconciler.schedule.business import BusinessDays
 from reconciler.spec.calendar import HolidaySource
-from tests.builders import run_reconciler
+from tests.builders import run_reconciler, unnamed_mistakes
 
 TARGET = '[target]\nurl = "https://example.com/x"\n'
 GOOD_US = 'kind = "business_days"\nholidays = { country = "US" }\n'
@@ -142,13 +142,10 @@ def test_every_mistake_is_one_line_naming_file_key_and_fix_in_one_run(tmp_path: 
         (tasks / f"{name}.toml").write_text(text)
     done = run_reconciler("--tasks-dir", str(tasks), "validate")
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    lines = done.stderr.splitlines()
     for folder, cases in (("calendars.d", BAD_CALENDARS), ("tasks.d", BAD_TASKS)):
-        for name, (_, key, piece) in cases.items():
-            found = [line for line in lines if f"{folder}/{name}.toml:" in line]
-            assert found, (name, done.stderr)
-            assert any(f": {key}: " in line and piece in line for line in found), (name, found)
-    assert lines[-1].endswith("; nothing was changed")
+        expected = {name: (key, piece) for name, (_, key, piece) in cases.items()}
+        assert unnamed_mistakes(done.stderr, folder, expected) == [], done.stderr
+    assert done.stderr.splitlines()[-1].endswith("; nothing was changed")
 
 
 def test_a_calendar_name_that_is_not_an_id_is_refused(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 The workflows' `paths`, the sample workflow of docs/gitops.md, the pre-commit hook's `files`, the action's
 inputs, the command line's options and what `watch`/`up` watch are all checked against `KINDS` here, so a
-kind added to the registry (limits.d, …) without them fails this file, naming each place.
+kind added to the registry without them fails this file, naming each place.
 """
 
 from __future__ import annotations
@@ -84,23 +84,23 @@ def gaps(kinds: Kinds) -> list[str]:
     return found
 
 
-class LimitKind(Kind[Any]):
-    """A kind that is coming (limits.d), registered here only: nothing else knows it yet."""
+class QuotaKind(Kind[Any]):
+    """A kind made here only (quotas.d), registered here only: nothing else knows it."""
 
-    name = "limit"
-    directory = "limits.d"
-    option = "--limits-dir"
+    name = "quota"
+    directory = "quotas.d"
+    option = "--quotas-dir"
     model = dict
-    empty = "empty limit file"
+    empty = "empty quota file"
 
 
 def test_every_declared_directory_is_covered_by_the_workflows_the_hook_the_action_and_the_command_line() -> None:
-    assert [kind.directory for kind in KINDS] == ["calendars.d", "notifiers.d", "tasks.d"]
+    assert [kind.directory for kind in KINDS] == ["calendars.d", "limits.d", "notifiers.d", "tasks.d"]
     assert gaps(KINDS) == []
 
 
 def test_a_kind_added_to_the_registry_alone_fails_the_check_naming_every_place() -> None:
-    places = [line.split(" is ")[0].split(" has ")[0] for line in gaps((*KINDS, LimitKind()))]
+    places = [line.split(" is ")[0].split(" has ")[0] for line in gaps((*KINDS, QuotaKind()))]
     assert places == [
         ".github/workflows/plan.yml on.pull_request.paths",
         ".github/workflows/apply.yml on.push.paths",
@@ -115,9 +115,11 @@ def test_a_kind_added_to_the_registry_alone_fails_the_check_naming_every_place()
 
 def test_the_hook_pattern_takes_every_declared_file_and_nothing_else() -> None:
     pattern = re.compile(hook_files(KINDS))
-    for path in ("tasks.d/ops/ping.toml", "tasks.d/a.toml", "notifiers.d/oncall.toml", "calendars.d/us.toml"):
+    declared = ("tasks.d/ops/ping.toml", "tasks.d/a.toml", "notifiers.d/oncall.toml", "calendars.d/us.toml")
+    for path in (*declared, "limits.d/billing-api.toml"):
         assert pattern.search(path), path
-    for path in ("tasks.d.toml", "docs/tasks.d/x.toml", "tasksxd/a.toml", "notifiers.d/oncall.json", "README.md"):
+    others = ("tasks.d.toml", "docs/tasks.d/x.toml", "tasksxd/a.toml", "notifiers.d/oncall.json", "README.md")
+    for path in (*others, "limits.d.toml", "limits.d/billing-api.json"):
         assert not pattern.search(path), path
 
 

@@ -405,3 +405,27 @@ def test_examples_export_like_their_files(tmp_path: Path) -> None:
         again, _ = load_text(task.id, task.id, text)
         assert again is not None and again.spec_hash == task.spec_hash
         assert "moved_from" not in text and "coalesce" not in text and "dst_gap" not in text
+
+
+@pytest.mark.parametrize(
+    ("spec", "text", "warning"),
+    [
+        ({"max_in_flight": 4}, "max_in_flight = 4\n", None),
+        ({"rate_per_second": 10.0, "burst": 20}, "rate_per_second = 10.0\nburst = 20\n", None),
+        ({"max_in_flight": 0}, "max_in_flight = 0\n", "the stored spec no longer validates (max_in_flight: "),
+        ([1, 2], None, "skipped, the stored spec is not a table"),
+    ],
+)
+def test_a_limit_row_exports_as_its_file_and_an_odd_one_with_a_warning(
+    spec: Any, text: str | None, warning: str | None
+) -> None:
+    """A limit row as `limits.d/NAME.toml` (no database): its numbers in their types; a row edited by hand into
+    something a file cannot say is written as stored or skipped, with a warning naming it."""
+    from reconciler.reconcile.export import export_limit
+    from reconciler.reconcile.limits import LimitRow
+
+    exported = export_limit(LimitRow("default", "billing-api", spec, spec_hash(spec) if isinstance(spec, dict) else ""))
+    assert exported.text == text
+    assert [w.startswith(f"limit billing-api: {warning}") for w in exported.warnings] == ([True] if warning else [])
+    skipped = export_limit(LimitRow("default", "Billing API", {"max_in_flight": 4}, ""))
+    assert skipped.text is None and skipped.warnings == ["limit Billing API: skipped, the name cannot be a file name"]

@@ -226,3 +226,38 @@ def test_calendar_files_pass_the_calendar_schema_as_validate_says(text: str, ok:
         timeout=120,
     )
     assert (done.returncode == 0) == ok, done.stdout + done.stderr
+
+
+LIMIT_SCHEMA = ROOT / "schema" / "limit.schema.json"
+
+
+def schema_says(schema: Path, text: str, tmp_path: Path) -> bool:
+    """Whether check-jsonschema, the real CLI, accepts the TOML `text` with `schema`."""
+    data = as_json(tomllib.loads(text), tmp_path / "file.json")
+    done = subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--schemafile", str(schema), str(data)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("max_in_flight = 4\n", True),
+        ('rate_per_second = 10.0\nburst = 20\ndescription = "the billing API"\n', True),
+        ("max_in_flight = 4\nrate_per_second = 0.5\n", True),
+        ("max_in_flight = 0\n", False),
+        ("max_in_flight = 2.5\n", False),
+        ('rate_per_second = "10"\n', False),
+        ("rate_per_second = 0\n", False),
+        ("max_in_flight = 2147483648\n", False),
+        ("max_inflight = 4\n", False),
+    ],
+)
+def test_limit_files_pass_the_limit_schema_as_validate_says(text: str, ok: bool, tmp_path: Path) -> None:
+    from reconciler.files.kinds import validate
+    from reconciler.files.limits import LIMITS
+
+    assert (validate(LIMITS, "l", "l.toml", text)[0] is not None) == ok
+    assert schema_says(LIMIT_SCHEMA, text, tmp_path) == ok

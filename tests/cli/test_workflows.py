@@ -62,9 +62,10 @@ def actionlint(cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_plan_and_apply_run_the_action_on_a_full_checkout() -> None:
     plan, apply = workflow("plan.yml"), workflow("apply.yml")
     # Every declared directory, from the registry (tests/cli/test_declared_dirs.py checks it kind by kind).
-    assert plan["on"]["pull_request"]["paths"] == ["calendars.d/**", "notifiers.d/**", "tasks.d/**"]
+    assert plan["on"]["pull_request"]["paths"] == ["calendars.d/**", "limits.d/**", "notifiers.d/**", "tasks.d/**"]
     assert plan["permissions"]["pull-requests"] == "write"  # the sticky comment
-    assert apply["on"]["push"] == {"branches": ["main"], "paths": ["calendars.d/**", "notifiers.d/**", "tasks.d/**"]}
+    paths = ["calendars.d/**", "limits.d/**", "notifiers.d/**", "tasks.d/**"]
+    assert apply["on"]["push"] == {"branches": ["main"], "paths": paths}
     assert apply["concurrency"] == {"group": "reconciler-apply", "cancel-in-progress": False}
     for flow, command in ((plan, "plan"), (apply, "apply")):
         [job] = flow["jobs"].values()

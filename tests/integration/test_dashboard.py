@@ -40,6 +40,7 @@ from tests.builders import (
 from tests.helpers import wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, metrics_endpoint, setup
+from tests.integration.limits_support import add_limit
 from tests.integration.test_roles import Roles
 
 PAGES = ("/", "/tasks/ops/ping", "/timeline", "/runs", "/applies", "/engines")
@@ -353,3 +354,20 @@ def test_a_token_variable_that_is_not_set_is_one_line(dsn: str) -> None:
         "error: --dashboard-token-env NOT_SET_ANYWHERE_42: NOT_SET_ANYWHERE_42 is not set or empty; "
         "export the token, or drop the option"
     )
+
+
+async def test_a_task_waiting_for_a_limit_says_so(
+    store: Store, engine: Engine, dsn: str, site: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, _ = http
+    await add_limit(store, "billing-api", max_in_flight=1)
+    policy = 'limits = ["billing-api"]\nmisfire_grace_seconds = 600'
+    await setup(store, tmp_path, {name: cron(f"{url}/{name}", "0 * * * *", policy) for name in ("a/one", "a/two")})
+    report = await engine.claim(NOW + timedelta(hours=1))  # claimed, not fired: its run holds the one slot
+    [waiter] = {"a/one", "a/two"} - {run.task_id for run in report.runs}
+    listed = {task["id"]: task for task in (await get_json(site, "/"))["tasks"]}  # type: ignore[union-attr]
+    assert listed[waiter]["waiting_for"] == "billing-api" and listed[waiter]["overdue"] is False
+    async with httpx.AsyncClient() as client:
+        page = (await client.get(f"{site}/tasks/{waiter}")).text
+        index = (await client.get(f"{site}/")).text
+    assert "waiting for limit billing-api" in page and "waiting for limit billing-api" in index

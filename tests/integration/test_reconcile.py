@@ -265,7 +265,9 @@ async def _hold_claim(dsn: str, due: datetime, advanced: datetime) -> psycopg.As
     claim = await psycopg.AsyncConnection.connect(dsn)
     claimed = await (await claim.execute(QUERIES["claim_due"], {"now": due, "sources": [], "batch": 10})).fetchall()
     ids = [str(row[0]) for row in claimed]
-    await claim.execute(QUERIES["tasks_advance"], {"ids": ids, "nexts": [advanced] * len(ids)})
+    await claim.execute(
+        QUERIES["tasks_advance"], {"ids": ids, "nexts": [advanced] * len(ids), "waits": [None] * len(ids)}
+    )
     return claim
 
 

@@ -76,7 +76,7 @@ def test_validate_env_policy_names_file_line_and_key(tmp_path: Path, capsys: pyt
 def test_db_grants_prints_sql_without_a_database(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["db", "grants", "--role-engine", "eng"]) == 0
     out = capsys.readouterr().out
-    assert 'GRANT SELECT, UPDATE ("next_run_at") ON TABLE "scheduler"."tasks" TO "eng";' in out
+    assert 'GRANT SELECT, UPDATE ("next_run_at", "limit_wait") ON TABLE "scheduler"."tasks" TO "eng";' in out
     assert main(["db", "grants"]) == 1
     assert capsys.readouterr().err.strip() == (
         "error: db grants: name at least one of --role-planner, --role-applier, --role-engine, --role-dashboard"

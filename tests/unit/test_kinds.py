@@ -12,6 +12,7 @@ from pydantic import Field
 from reconciler.files.calendars import CALENDARS
 from reconciler.files.directory import read_dir
 from reconciler.files.kinds import Declared, Kind, spec_hash, validate
+from reconciler.files.limits import LIMITS
 from reconciler.files.notifiers import NOTIFIERS
 from reconciler.files.registry import KINDS
 from reconciler.files.tasks import TASKS
@@ -124,9 +125,10 @@ def test_a_new_kind_is_digested_and_diffed_like_notifiers() -> None:
 
 
 def test_the_registry_lists_every_kind_in_the_order_apply_writes_them() -> None:
-    # a task's [notify] names notifiers, its trigger and policy name calendars: they are written first
-    assert KINDS == (CALENDARS, NOTIFIERS, TASKS)
-    assert [kind.directory for kind in KINDS] == ["calendars.d", "notifiers.d", "tasks.d"]
+    # a task's [notify] names notifiers, its trigger and policy name calendars, its policy limits: they are
+    # written first
+    assert KINDS == (CALENDARS, LIMITS, NOTIFIERS, TASKS)
+    assert [kind.directory for kind in KINDS] == ["calendars.d", "limits.d", "notifiers.d", "tasks.d"]
 
 
 def test_the_allowed_keys_are_read_from_the_models() -> None:
@@ -142,6 +144,7 @@ def test_the_allowed_keys_are_read_from_the_models() -> None:
     assert allowed[("target", "auth", "bearer")] == ["kind", "token"]
     assert ("target", "headers") not in allowed  # a value, not a table of keys
     assert NOTIFIERS.keys.root_tags == ("webhook", "slack")
+    assert LIMITS.keys.allowed == {(): ["burst", "description", "max_in_flight", "rate_per_second"]}
     assert ("auth", "basic") in NOTIFIERS.keys.tags
     assert GREETINGS.keys.allowed == {(): ["text"]}
 

@@ -24,7 +24,7 @@ def test_applier_may_do_what_the_planner_does() -> None:
 
 
 def test_engine_may_move_next_run_at_but_not_rewrite_a_task() -> None:
-    assert ROLE_PRIVILEGES["engine"]["tasks"] == ("SELECT", "UPDATE(next_run_at)")
+    assert ROLE_PRIVILEGES["engine"]["tasks"] == ("SELECT", "UPDATE(next_run_at, limit_wait)")
 
 
 def test_a_pause_is_written_by_operators_and_only_read_by_engines() -> None:
@@ -44,7 +44,7 @@ def test_grants_per_role_with_column_privileges_quoted() -> None:
     text = grants_sql("ci_plan", None, "eng")
     assert 'GRANT USAGE ON SCHEMA "scheduler" TO "ci_plan";' in text
     assert 'GRANT SELECT ON TABLE "scheduler"."tasks" TO "ci_plan";' in text
-    assert 'GRANT SELECT, UPDATE ("next_run_at") ON TABLE "scheduler"."tasks" TO "eng";' in text
+    assert 'GRANT SELECT, UPDATE ("next_run_at", "limit_wait") ON TABLE "scheduler"."tasks" TO "eng";' in text
     assert "-- applier" not in text
     assert grants_sql(None, None, None) == ""
 
@@ -66,7 +66,7 @@ def test_privilege_table_lists_every_role() -> None:
     table = privilege_table()
     for role, commands in ROLE_COMMANDS.items():
         assert f"| {role} | {commands} |" in table
-    assert "SELECT, UPDATE(next_run_at)" in table
+    assert "SELECT, UPDATE(next_run_at, limit_wait)" in table
 
 
 @pytest.mark.parametrize(
