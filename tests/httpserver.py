@@ -79,6 +79,15 @@ def make_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
                 recorder.requests.append(Recorded(self.command, path, dict(self.headers.items()), body, time.time()))
                 recorder.in_flight[path] = recorder.in_flight.get(path, 0) + 1
                 recorder.max_in_flight[path] = max(recorder.max_in_flight.get(path, 0), recorder.in_flight[path])
+            open_ = True  # counted in flight until its answer starts: the client may send its next one then
+
+            def answered() -> None:
+                nonlocal open_
+                with recorder.lock:
+                    if open_:
+                        recorder.in_flight[path] -= 1
+                        open_ = False
+
             try:
                 if path == "/oauth/token":
                     return self._token()
@@ -92,10 +101,10 @@ def make_handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
                     token = self.headers.get("Authorization", "").removeprefix("Bearer ")
                     if token not in recorder.valid_tokens:
                         status = 401
+                answered()
                 self._send(status, script.body, script.headers)
             finally:
-                with recorder.lock:
-                    recorder.in_flight[path] -= 1
+                answered()
 
         def _token(self) -> None:
             expected = base64.b64encode(f"{recorder.client[0]}:{recorder.client[1]}".encode()).decode()

@@ -60,8 +60,8 @@ class StatusRow(TaskColumns):
 
     last_status: str | None
     last_scheduled_for: datetime | None
-    limit_wait: str | None  # the limit its due occurrence waits for (None: none)
     last_finished_at: datetime | None
+    limit_wait: str | None  # the limit its due occurrence waits for (None: none)
 
 
 class EngineRow(TypedDict):

@@ -77,7 +77,7 @@ SELECT s.source, s.name, s.in_flight, s.tokens,
 -- When a task's due occurrence passes its misfire grace (at least 1 s, as ON_TIME_SECONDS in catchup.py), `task`
 -- the alias of its tasks row (a hand edit may store anything there).
 ({task}.next_run_at + make_interval(secs => GREATEST(1, CASE WHEN jsonb_typeof({task}.spec -> 'policy' -> 'misfire_grace_seconds') = 'number'
-      THEN LEAST(({task}.spec -> 'policy' ->> 'misfire_grace_seconds')::float8, 1e9) ELSE 60 END)))
+      THEN LEAST(({task}.spec -> 'policy' ->> 'misfire_grace_seconds')::numeric, 1e9)::float8 ELSE 60 END)))
 
 -- fragment: limit_free(task)
 -- Whether none of the limits a task names is full (`task` the alias of its tasks row, `lim` the statement's
@@ -217,11 +217,13 @@ SELECT id, source, spec, spec_hash, md5(spec::text), enabled, timezone, next_run
 
 -- name: task_update
 -- keep_next: the schedule did not change, so next_run_at stays as the row has it when this UPDATE
--- gets its lock (an engine's claim may have advanced it since the plan read it).
+-- gets its lock (an engine's claim may have advanced it since the plan read it); so does the limit its due
+-- occurrence waits for (limit_wait), which a new next_run_at or a disabled task no longer has.
 UPDATE scheduler.tasks
    SET id = %(id)s, spec = %(spec)s::jsonb, spec_hash = %(spec_hash)s, spec_digest = md5((%(spec)s)::jsonb::text),
        enabled = %(enabled)s, timezone = %(timezone)s,
        next_run_at = CASE WHEN %(keep_next)s THEN next_run_at ELSE %(next_run_at)s::timestamptz END,
+       limit_wait = CASE WHEN %(keep_next)s AND %(enabled)s THEN limit_wait END,
        updated_at = %(now)s, revision = %(revision)s,
        file_digest = md5(%(digest)s || %(spec_hash)s || (%(spec)s)::jsonb::text), calendars = %(calendars)s::jsonb
  WHERE id = %(old_id)s;
@@ -711,12 +713,14 @@ DELETE FROM scheduler.run_leases WHERE run_id = ANY(%(run_ids)b::bigint[]);
 
 -- name: runs_finish_notify
 -- A freed slot wakes the engines when a manual run of that task is waiting for one, or when the run's task
--- names a limit (its slot in the limit is free: a task or run waiting for the limit may start).
+-- names a limit (its slot in the limit is free) while a task waits for a limit or a run is queued.
 SELECT pg_notify('scheduler_tasks', '{"source": "slot"}')
  WHERE EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.runs q ON q.task_id = r.task_id
                 WHERE r.id = ANY(%(run_ids)b::bigint[]) AND q.status = 'queued')
-    OR EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
-                WHERE r.id = ANY(%(run_ids)b::bigint[]) AND t.spec -> 'policy' ? 'limits');
+    OR (EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
+                 WHERE r.id = ANY(%(run_ids)b::bigint[]) AND t.spec -> 'policy' ? 'limits')
+        AND (EXISTS (SELECT 1 FROM scheduler.tasks w WHERE w.limit_wait IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM scheduler.runs q WHERE q.status = 'queued')));
 
 -- name: notify_state_ensure
 -- The failing state of tasks whose runs just ended (see notify.py); sorted ids, so replicas lock alike.
@@ -881,7 +885,8 @@ SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at,
 -- counters of occurrences delayed and missed for it.
 WITH lim AS MATERIALIZED ({{limits_now()}})
 SELECT lim.source, lim.name, lim.in_flight, COALESCE(lim.tokens, 0)::float8 AS tokens, g.rate_per_second,
-       (SELECT count(*) FROM scheduler.tasks t WHERE t.limit_wait = lim.name AND t.source = lim.source) AS waiting,
+       (SELECT count(*) FROM scheduler.tasks t
+         WHERE t.limit_wait = lim.name AND t.source = lim.source AND t.enabled) AS waiting,
        g.delayed_total, g.missed_total
   FROM lim JOIN scheduler.limits g ON g.source = lim.source AND g.name = lim.name
  WHERE {{of_sources(lim.source)}}

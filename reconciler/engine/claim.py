@@ -34,6 +34,7 @@ from reconciler.targets.http import idempotency_key, parsed_url
 
 log = logging.getLogger("reconciler.engine")
 
+TOKEN_FRESH_SECONDS = 0.25  # a request leaving later than this after its claim takes a token of its own
 MAX_COMPILED = 50_000  # validated specs kept per engine (tasks' specs, not runs: a bound on memory)
 WARM_LIMIT = 20_000  # soon-due tasks looked at per idle moment
 
@@ -137,6 +138,7 @@ class Claimed:
     spec: TaskSpec
     deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
     rated: tuple[Key, ...] = ()  # the limits with a rate it counts against: each retry takes a token of each
+    fresh_until: float = 0.0  # time.monotonic() until which the first request may leave on the claim's token
 
     @property
     def key(self) -> str:
@@ -283,6 +285,9 @@ class Claimer:
         `finished`: runs of this engine that ended but whose results are not written yet (their
         leases are not counted against their tasks' max_running_instances)."""
         started = time.perf_counter()
+        # The leases start at the transaction's start (by the database's clock); a run's deadline counts from
+        # no later than that here, however long the claim then waits for its locks.
+        leased_at = time.monotonic()
         report = Report()
         async with self.store.pipelined_transaction() as conn:
             clock, lost, due, queued = await queries.claim_first(
@@ -298,6 +303,7 @@ class Claimer:
                 **{r["id"]: r for r in due},
             }
             held: dict[str, int] = {}
+            busy: dict[str, int] = {}
             texts: dict[str, str] = {}  # the stored text of due tasks not compiled yet, read under their locks
             gate = Gate()  # the limits the tasks name, locked (none: the claim costs what it did without limits)
             if ids:
@@ -311,6 +317,7 @@ class Claimer:
                     at=at,
                 )
                 held = {r["task_id"]: r["held"] for r in leases}
+                busy = dict(held)  # runs in flight before this claim: the fair share's first order
                 texts.update((r["id"], r["spec_text"]) for r in fetched)
                 gate = Gate(limited)
             report.claimed_tasks = len(due)
@@ -342,13 +349,12 @@ class Claimer:
                 decided[task_id] = decisions
                 advance[task_id] = following
             wanted = self._queued_wanted(queued, held)
-            waits = share(gate, {row["id"]: row for row in due}, decided, advance, wanted)
+            waits = share(gate, {row["id"]: row for row in due}, decided, advance, wanted, busy)
             for task_id, decisions in decided.items():
                 inserts.extend((task_id, d) for d in decisions)
             begun, starts = self._start_queued(wanted, now, report)
             specs.update((run.task_id, run.spec) for run in begun)
             lease_for = {task_id: lease_seconds(spec, self.lease_margin) for task_id, spec in specs.items()}
-            leased_at = time.monotonic()
             statements = [*self._insert_runs(inserts, lease_for, now), *starts]
             statements += self._take_leases(begun, lease_for, now)
             moved = moved_on(due, advance, waits)
@@ -369,8 +375,9 @@ class Claimer:
             self._claimed(inserts, await queries.inserted_rows(sent[0]) if inserts else [], specs, report)
         )
         report.runs.extend(begun)
-        rated = gate.rated
+        rated, committed = gate.rated, time.monotonic()
         for run in report.runs:
+            run.fresh_until = committed + TOKEN_FRESH_SECONDS
             run.rated = tuple(key for key in keys_of([limits_by_task[run.task_id]]) if key in rated) if rated else ()
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
             run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2
@@ -392,6 +399,9 @@ class Claimer:
                 continue
             run = Claimed(row["run_id"], row["task_id"], row["scheduled_for"], row["kind"], spec)
             run.deadline = leased_at + max(0.0, row["lease_left"] - self.lease_margin / 2)
+            # Which of its limits have a rate is not known here: each request asks all of them for a token (one
+            # without a rate always has one), the first too (its claim's token is long past).
+            run.rated = tuple((row["source"], name) for name in spec.policy.limits or ())
             adopted.append(run)
         return adopted
 
@@ -488,6 +498,7 @@ def share(
     decided: dict[str, list[Decision]],
     advance: dict[str, datetime | None],
     wanted: list[tuple[QueuedRow, TaskSpec | None, str | None]],
+    busy: Mapping[str, int],
 ) -> dict[str, str | None]:
     """The room of the claim's limits shared between the runs that would start (see limits.py): a due occurrence
     that gets none stays due (its task's decisions end before it, next_run_at stays on it), a queued run stays
@@ -511,7 +522,7 @@ def share(
             moments = parties.setdefault(row["task_id"], (row["source"], names, []))[2]
             moments.append(row["scheduled_for"])
             queued_of.setdefault(row["task_id"], []).append(place)
-    granted = gate.share(parties)
+    granted = gate.share(parties, busy)
     dropped: set[int] = set()
     for task_id, (count, stopped) in granted.items():
         if stopped is None:

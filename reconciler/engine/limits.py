@@ -109,12 +109,15 @@ class Gate:
             bucket.missed += missed
 
     def share(
-        self, wants: Mapping[T, tuple[str, Sequence[str], Sequence[datetime]]]
+        self, wants: Mapping[T, tuple[str, Sequence[str], Sequence[datetime]]], busy: Mapping[T, int] | None = None
     ) -> dict[T, tuple[int, str | None]]:
         """The fair share: for each wanting party (a task: its source, the limits it names, the moments of the runs
         it wants to start, oldest first), how many of its runs start and the limit that stopped the rest (None
-        when all start)."""
-        order = sorted(wants, key=lambda party: min(wants[party][2], default=LAST))
+        when all start). `busy`: each party's runs in flight already; the turns go to the least busy first (then the
+        oldest), so fairness holds across claims too: when a limit is saturated each claim has room for one run,
+        and the task with fewest in flight gets it, not always the one with the oldest run."""
+        busy = busy or {}
+        order = sorted(wants, key=lambda party: (busy.get(party, 0), min(wants[party][2], default=LAST)))
         granted: dict[T, tuple[int, str | None]] = {party: (0, None) for party in wants}
         active = [party for party in order if wants[party][2]]
         turn = 0

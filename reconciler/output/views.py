@@ -68,7 +68,6 @@ def status_item(row: Mapping[str, Any], pauses: Mapping[str, PauseRow], now: dat
         "next_run_local": local(next_run_at, row["timezone"], machine=machine),
         # a paused task fires nothing on purpose: no engine is failing to claim it
         "overdue": row["id"] not in pauses
-        and not row.get("limit_wait")
         and render.is_overdue(row["enabled"], next_run_at, render.grace_seconds(task_row.spec), now),
         "last_run_at": row["last_scheduled_for"],
         "last_status": row["last_status"],
@@ -77,7 +76,7 @@ def status_item(row: Mapping[str, Any], pauses: Mapping[str, PauseRow], now: dat
         "drift": is_drifted(task_row),
         "paused": paused_fields(pauses.get(row["id"])),
         # a due occurrence held back by a limit (limits.d): an engine claimed it and will start it when it has room
-        "waiting_for": row.get("limit_wait"),
+        "waiting_for": row.get("limit_wait") if row["enabled"] else None,
     }
 
 

@@ -267,9 +267,11 @@ async def _apply_locked(
         now = await database_now(conn)
         for change in writes:
             change.preview_from = now if change.preview_from else None
-    # The kinds the tasks name first (the registry's order): a task is written after everything it names.
+    # The kinds the tasks name first (the registry's order): a task is written after everything it names. But for
+    # limits, written last: a claim holds its task rows, then writes its limits' buckets; an apply that wrote a
+    # limit's row first and then waited for a task row the claim holds would deadlock with it. (One transaction:
+    # nobody sees a task naming a limit before the limit.)
     await write_calendars(conn, plan.calendars, source)
-    await write_limits(conn, plan.limits, source)
     await write_notifiers(conn, plan.notifiers, source)
     await write_changes(conn, writes, source, now, options.revision.revision)
     if resets := state_resets(writes):
@@ -283,6 +285,7 @@ async def _apply_locked(
         ids = [c.id for c in writes]
         payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
         await Store.notify(conn, json.dumps(payload))
+    await write_limits(conn, plan.limits, source)
     return ApplyResult(plan, len(writes) + len(plan.notifiers) + len(plan.calendars) + len(plan.limits))
 
 

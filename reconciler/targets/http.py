@@ -188,6 +188,8 @@ def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) 
 
 
 OnAttempt = Callable[[Attempt], Awaitable[None]]
+MIN_TOKEN_WAIT = 0.05  # a request waiting for a token asks again no sooner (the limit's lock is the claims' too)
+TOKEN_RETRY_SECONDS = 1.0  # …and after this long when asking failed (the database away)
 Token = Callable[[], Awaitable[float]]  # a retry's token of its rate limits: 0 when taken, else the seconds to wait
 
 
@@ -382,15 +384,17 @@ class Firer:
         deadline: float | None = None,
         key: str | None = None,
         token: Token | None = None,
+        fresh_until: float = 0.0,
     ) -> Outcome:
         """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
 
         `deadline` (time.monotonic()) is when the run's lease ends: no attempt runs past it and
         no backoff wait that would cross it is started; the run fails with the reason instead.
         `key` is the Idempotency-Key (default: the scheduled occurrence's).
-        `token`: the run counts against a rate limit. Its first request's token was taken by the claim, so it is
-        sent at once (no jitter: the limit spreads the requests); each retry waits for a token (`token()`: 0 when
-        taken, else the seconds to wait before asking again).
+        `token`: the run counts against a rate limit (no jitter then: the limit spreads the requests). The claim took
+        its first request's token: that request leaves on it if it gets a slot by `fresh_until` (time.monotonic());
+        a later first request, and every retry, takes a token of its own just before it leaves (`token()`: 0 when
+        taken, else the seconds until one may be), so what the target sees keeps to the rate.
         """
         key = key or idempotency_key(task_id, scheduled_for)
         delay = jitter_seconds(key, spec.policy.jitter_seconds) if token is None else 0
@@ -398,15 +402,8 @@ class Firer:
             await self._rest(delay)
         outcome = Outcome("failed")
         for number in range(1, spec.policy.retries + 2):
-            async with self.slots:
-                held = time.monotonic()
-                budget = float("inf") if deadline is None else deadline - held
-                if budget > 0:
-                    attempt = await self.send(spec.target, task_id, scheduled_for, key, number, budget)
-                else:
-                    attempt = Attempt(number, error="not sent: the run's lease ended while it waited for a free slot")
-                self.sent += 1
-                self.slot_seconds += time.monotonic() - held
+            fresh = fresh_until if number == 1 else 0.0
+            attempt = await self._attempt(spec.target, task_id, scheduled_for, key, number, deadline, token, fresh)
             outcome.attempts.append(attempt)
             if on_attempt is not None:
                 await on_attempt(attempt)
@@ -420,18 +417,49 @@ class Firer:
                 attempt.error = f"{attempt.error}; not retried: waiting {wait:g} s would outlive the run's lease"
                 break
             await self._rest(wait)
-            if token is not None and (problem := await self._token(token, deadline)) is not None:
-                attempt.error = f"{attempt.error}; not retried: {problem}"
-                break
         return outcome
 
-    async def _token(self, token: Token, deadline: float | None) -> str | None:
-        """Wait (resting) for a retry's token of its rate limits; why not, when the run's lease ends first."""
-        while (wait := await token()) > 0:
+    async def _attempt(
+        self,
+        target: Target,
+        task_id: str,
+        scheduled_for: datetime,
+        key: str,
+        number: int,
+        deadline: float | None,
+        token: Token | None,
+        fresh_until: float,
+    ) -> Attempt:
+        """One attempt in a slot. Under a rate limit (`token`), past `fresh_until` it leaves only once a token is
+        taken, in the slot, just before it is sent; while there is none the slot is given back for the wait."""
+        while True:
+            async with self.slots:
+                held = time.monotonic()
+                budget = float("inf") if deadline is None else deadline - held
+                wait = await self._ask(token) if token is not None and held > fresh_until and budget > 0 else 0.0
+                if wait <= 0:
+                    if budget > 0:
+                        attempt = await self.send(target, task_id, scheduled_for, key, number, budget)
+                    else:
+                        attempt = Attempt(
+                            number, error="not sent: the run's lease ended while it waited for a free slot"
+                        )
+                    self.sent += 1
+                    self.slot_seconds += time.monotonic() - held
+                    return attempt
             if deadline is not None and time.monotonic() + wait >= deadline:
-                return "its rate limit had no token for it before the run's lease ends"
+                return Attempt(number, error="not sent: its rate limit had no token for it before the run's lease ends")
             await self._rest(wait)
-        return None
+
+    @staticmethod
+    async def _ask(token: Token) -> float:
+        """Take a token of the run's rate limits: 0 when taken, else how long to wait before asking again (at least
+        MIN_TOKEN_WAIT; TOKEN_RETRY_SECONDS when the database did not answer: never sent without a token)."""
+        try:
+            wait = await token()
+        except Exception:
+            return TOKEN_RETRY_SECONDS
+        return 0.0 if wait <= 0 else max(wait, MIN_TOKEN_WAIT)
 
     async def _rest(self, seconds: float) -> None:
         """A jitter or backoff wait: it holds no slot, and `resting` counts the runs in one."""

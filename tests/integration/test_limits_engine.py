@@ -173,7 +173,7 @@ async def test_a_retry_takes_a_token_of_its_own(
     assert len(rec.paths("/starved")) == 1  # none would come before the run's lease ends: not retried
     [starved] = runs(dsn, "starved")
     assert starved["status"] == "failed"
-    assert "not retried: its rate limit had no token for it before the run's lease ends" in str(starved["error"])
+    assert "not sent: its rate limit had no token for it before the run's lease ends" in str(starved["error"])
 
 
 async def test_the_metrics_show_each_limit(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.db.queries import LimitRow
@@ -32,6 +32,14 @@ def test_two_runs_are_not_behind_forty() -> None:
     assert granted == {"many": (1, "api"), "few": (1, "api")}
 
 
+def test_across_claims_the_task_with_fewest_in_flight_goes_first() -> None:
+    # A saturated limit frees one slot at a time: the claim that takes it gives it to the task with fewest runs in
+    # flight, not always to the one whose waiting run is oldest (which would put `few` behind all of `many`).
+    gate = Gate([row("api", max_in_flight=2, in_flight=1)])
+    parties = {"many": ("s", ("api",), moments(*range(2, 40))), "few": ("s", ("api",), moments(40))}
+    assert gate.share(parties, {"many": 1, "few": 0}) == {"many": (0, "api"), "few": (1, None)}
+
+
 def test_oldest_first_between_tasks_in_a_turn() -> None:
     gate = Gate([row("api", max_in_flight=1)])
     granted = gate.share({"late": ("s", ("api",), moments(5)), "early": ("s", ("api",), moments(1))})
@@ -49,6 +57,7 @@ def test_a_limit_not_in_the_database_holds_nothing() -> None:
     assert Gate([]).share({"a": ("s", ("gone",), moments(1, 2))}) == {"a": (2, None)}
 
 
+@settings(deadline=None)
 @given(
     room=st.integers(0, 30),
     in_flight=st.integers(0, 5),
