@@ -330,7 +330,7 @@ def raw_claim_loop(dsn: str, count: int, batch: int = 200) -> float:
                 conn.execute(
                     "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status) "
                     "SELECT unnest(%s::text[]), unnest(%s::timestamptz[]), 'scheduled', 'running' "
-                    "ON CONFLICT (task_id, scheduled_for) WHERE kind <> 'manual' DO NOTHING",
+                    "ON CONFLICT (task_id, scheduled_for) WHERE kind NOT IN ('manual', 'backfill') DO NOTHING",
                     (ids, [r[1] for r in rows]),
                 )
                 conn.execute("UPDATE scheduler.tasks SET next_run_at = NULL WHERE id = ANY(%s)", (ids,))

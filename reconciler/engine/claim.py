@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ from reconciler.targets.http import idempotency_key, parsed_url
 
 log = logging.getLogger("reconciler.engine")
 
-TOKEN_FRESH_SECONDS = 0.25  # a request leaving later than this after its claim takes a token of its own
 MAX_COMPILED = 50_000  # validated specs kept per engine (tasks' specs, not runs: a bound on memory)
 WARM_LIMIT = 20_000  # soon-due tasks looked at per idle moment
 
@@ -138,7 +138,9 @@ class Claimed:
     spec: TaskSpec
     deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
     rated: tuple[Key, ...] = ()  # the limits with a rate it counts against: each retry takes a token of each
-    fresh_until: float = 0.0  # time.monotonic() until which the first request may leave on the claim's token
+    # time.monotonic() until which the first request may leave on the claim's token (a claimed run's: whenever it
+    # leaves; an adopted run's first request takes a token of its own)
+    fresh_until: float = 0.0
 
     @property
     def key(self) -> str:
@@ -375,9 +377,9 @@ class Claimer:
             self._claimed(inserts, await queries.inserted_rows(sent[0]) if inserts else [], specs, report)
         )
         report.runs.extend(begun)
-        rated, committed = gate.rated, time.monotonic()
+        rated = gate.rated
         for run in report.runs:
-            run.fresh_until = committed + TOKEN_FRESH_SECONDS
+            run.fresh_until = math.inf
             run.rated = tuple(key for key in keys_of([limits_by_task[run.task_id]]) if key in rated) if rated else ()
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
             run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2
