@@ -40,12 +40,6 @@
 -- The limits (limits.d) a task's runs count against (`task` the alias of its tasks row): a JSON array of names, or NULL.
 ({task}.spec -> 'policy' -> 'limits')
 
--- fragment: limit_in_flight(g)
--- The runs in flight of limit `g` (the alias of its limits row): live leases of its source's tasks that name it.
-(SELECT count(*) FROM scheduler.run_leases l JOIN scheduler.tasks u ON u.id = l.task_id
-  WHERE l.expires_at > COALESCE(%(now)s::timestamptz, now()) AND u.source = {g}.source
-    AND {{limits_of(u)}} ? {g}.name)
-
 -- fragment: limit_tokens(g)
 -- The tokens in limit `g`'s bucket now (by the database's clock): as of refilled_at, refilled at the rate, at most
 -- the bucket's size.
@@ -62,12 +56,16 @@ SELECT s.source, s.name, s.in_flight, s.tokens,
                 CASE WHEN s.tokens < 1
                      THEN COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => (1 - s.tokens) / s.rate_per_second)
                 END) AS frees_at
-  FROM (SELECT g.source, g.name, g.max_in_flight, g.rate_per_second, {{limit_in_flight(g)}} AS in_flight,
-               {{limit_tokens(g)}} AS tokens,
-               (SELECT min(l.expires_at) FROM scheduler.run_leases l JOIN scheduler.tasks u ON u.id = l.task_id
+  FROM (SELECT g.source, g.name, g.max_in_flight, g.rate_per_second, f.in_flight, f.lease_ends,
+               {{limit_tokens(g)}} AS tokens
+          FROM scheduler.limits g
+          -- its runs in flight (live leases of its source's tasks that name it) and the first lease to expire,
+          -- from one reading of the leases
+          CROSS JOIN LATERAL (
+                SELECT count(*) AS in_flight, min(l.expires_at) AS lease_ends
+                  FROM scheduler.run_leases l JOIN scheduler.tasks u ON u.id = l.task_id
                  WHERE l.expires_at > COALESCE(%(now)s::timestamptz, now()) AND u.source = g.source
-                   AND {{limits_of(u)}} ? g.name) AS lease_ends
-          FROM scheduler.limits g) s
+                   AND {{limits_of(u)}} ? g.name) f) s
 
 -- fragment: past_grace(task)
 -- Whether a task's due occurrence is past its misfire grace, by the database's clock: a claim records it missed.
@@ -82,7 +80,7 @@ SELECT s.source, s.name, s.in_flight, s.tokens,
 -- fragment: limit_free(task)
 -- Whether none of the limits a task names is full (`task` the alias of its tasks row, `lim` the statement's
 -- limits_now()); a task that names none is always free.
-({task}.spec -> 'policy' -> 'limits' IS NULL
+({{limits_of({task})}} IS NULL
  OR NOT EXISTS (SELECT 1 FROM lim WHERE lim.full AND lim.source = {task}.source AND {{limits_of({task})}} ? lim.name))
 
 -- name: catalog_table_columns

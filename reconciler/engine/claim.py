@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,9 +137,9 @@ class Claimed:
     spec: TaskSpec
     deadline: float | None = None  # time.monotonic() by which the run must be done: its lease ends soon after
     rated: tuple[Key, ...] = ()  # the limits with a rate it counts against: each retry takes a token of each
-    # time.monotonic() until which the first request may leave on the claim's token (a claimed run's: whenever it
-    # leaves; an adopted run's first request takes a token of its own)
-    fresh_until: float = 0.0
+    # Whether its first request leaves on a token its claim took (an adopted run's claim is long past: its first
+    # request takes a token of its own, as a retry does)
+    first_token: bool = False
 
     @property
     def key(self) -> str:
@@ -379,7 +378,7 @@ class Claimer:
         report.runs.extend(begun)
         rated = gate.rated
         for run in report.runs:
-            run.fresh_until = math.inf
+            run.first_token = True
             run.rated = tuple(key for key in keys_of([limits_by_task[run.task_id]]) if key in rated) if rated else ()
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
             run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2

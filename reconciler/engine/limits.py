@@ -4,8 +4,9 @@ back).
 
 A run starts only when every limit its task names has room: fewer than max_in_flight of the limit's runs in
 flight, and a token in its bucket. Room goes oldest first and fairly between tasks: each task in turn gets one
-run started (tasks ordered by their oldest run), then each task its second, and so on; a task whose turn finds a
-limit full gets no later turn in this claim, so its runs start in order.
+run started (tasks ordered by their runs in flight, fewest first, then by their oldest run), then each task its
+second, and so on; a task whose turn finds a limit full gets no later turn in this claim, so its runs start in
+order.
 """
 
 from __future__ import annotations
@@ -163,8 +164,7 @@ async def retry_token(conn: Any, keys: Sequence[Key]) -> float:
     if short:
         return max(short)
     for bucket in rated:
-        bucket.tokens -= 1
-        bucket.started += 1
+        bucket.take()
     statement = gate.statement()
     if statement is not None:
         await execute(conn, statement)

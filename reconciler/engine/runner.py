@@ -54,7 +54,7 @@ async def execute(
             claimed.deadline,
             claimed.key,
             token if claimed.rated else None,
-            claimed.fresh_until,
+            claimed.first_token,
         )
     except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
         log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__, exc_info=True)

@@ -384,17 +384,16 @@ class Firer:
         deadline: float | None = None,
         key: str | None = None,
         token: Token | None = None,
-        fresh_until: float = 0.0,
+        first_token: bool = False,
     ) -> Outcome:
         """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
 
         `deadline` (time.monotonic()) is when the run's lease ends: no attempt runs past it and
         no backoff wait that would cross it is started; the run fails with the reason instead.
         `key` is the Idempotency-Key (default: the scheduled occurrence's).
-        `token`: the run counts against a rate limit (no jitter then: the limit spreads the requests). The claim took
-        its first request's token: that request leaves on it if it gets a slot by `fresh_until` (time.monotonic());
-        a later first request, and every retry, takes a token of its own just before it leaves (`token()`: 0 when
-        taken, else the seconds until one may be), so what the target sees keeps to the rate.
+        `token`: the run counts against a rate limit (no jitter then: the limit spreads the requests). Every retry
+        takes a token of its own just before it leaves (`token()`: 0 when taken, else the seconds until one may be),
+        and so does the first request unless its claim took one for it (`first_token`).
         """
         key = key or idempotency_key(task_id, scheduled_for)
         delay = jitter_seconds(key, spec.policy.jitter_seconds) if token is None else 0
@@ -402,8 +401,8 @@ class Firer:
             await self._rest(delay)
         outcome = Outcome("failed")
         for number in range(1, spec.policy.retries + 2):
-            fresh = fresh_until if number == 1 else 0.0
-            attempt = await self._attempt(spec.target, task_id, scheduled_for, key, number, deadline, token, fresh)
+            ask = token if number > 1 or not first_token else None
+            attempt = await self._attempt(spec.target, task_id, scheduled_for, key, number, deadline, ask)
             outcome.attempts.append(attempt)
             if on_attempt is not None:
                 await on_attempt(attempt)
@@ -428,15 +427,14 @@ class Firer:
         number: int,
         deadline: float | None,
         token: Token | None,
-        fresh_until: float,
     ) -> Attempt:
-        """One attempt in a slot. Under a rate limit (`token`), past `fresh_until` it leaves only once a token is
-        taken, in the slot, just before it is sent; while there is none the slot is given back for the wait."""
+        """One attempt in a slot. With `token` it leaves only once a token of its rate limits is taken, in the slot,
+        just before it is sent; while there is none the slot is given back for the wait."""
         while True:
             async with self.slots:
                 held = time.monotonic()
                 budget = float("inf") if deadline is None else deadline - held
-                wait = await self._ask(token) if token is not None and held > fresh_until and budget > 0 else 0.0
+                wait = await self._ask(token) if token is not None and budget > 0 else 0.0
                 if wait <= 0:
                     if budget > 0:
                         attempt = await self.send(target, task_id, scheduled_for, key, number, budget)
