@@ -44,3 +44,16 @@ class StatementCancelled(DatabaseUnavailable):
 
 class PermissionDenied(UserError):
     """The database role lacks a privilege the command needs (see `reconciler db grants`)."""
+
+
+class DatabaseRefused(Exception):
+    """The database refused a statement for a reason that is neither a fault nor a privilege (a value it cannot
+    store, a violated constraint): a bug, or hostile data, never a reason to retry the same statement."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class SchemaMissing(DatabaseRefused, UserError):
+    """The database has no reconciler schema yet (`reconciler db init`, or any apply, creates it)."""

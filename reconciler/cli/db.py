@@ -20,7 +20,8 @@ from reconciler.db.command_queries import ApplyRow, EngineRow, LiveSourceRow, Ou
 from reconciler.db.embedded import database_label, home_for, stop_embedded
 from reconciler.db.grants import grants_sql
 from reconciler.db.operator_queries import PauseRow
-from reconciler.db.store import Row, Store
+from reconciler.db.rows import Row
+from reconciler.db.store import Store
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
 from reconciler.output import text as render
 from reconciler.output import views

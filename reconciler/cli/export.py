@@ -13,7 +13,8 @@ from reconciler.cli.options import DatabaseOptions
 from reconciler.cli.parser import beside
 from reconciler.cli.runtime import with_store
 from reconciler.clock import utcnow
-from reconciler.db.store import Store, TaskRow
+from reconciler.db.rows import TaskRow
+from reconciler.db.store import Store
 from reconciler.errors import EXIT_OK, UserError
 from reconciler.files.calendars import CALENDARS
 from reconciler.files.limits import LIMITS

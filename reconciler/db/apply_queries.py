@@ -9,7 +9,8 @@ from typing import Any, TypedDict, cast
 
 from psycopg.types.json import Jsonb
 
-from reconciler.db.store import Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import Store
 
 
 class ClockRow(TypedDict):

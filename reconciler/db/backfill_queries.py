@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TypedDict, cast
 
-from reconciler.db.store import Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import Store
 
 
 class BackfillTaskRow(TypedDict):

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, TypedDict, cast, overload
 
-from reconciler.db.store import Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import Store
 
 
 class ClockRow(TypedDict):

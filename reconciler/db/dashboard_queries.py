@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any, TypedDict, cast
 
 from reconciler.db.command_queries import RunRow, StatusRow
-from reconciler.db.store import Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import Store
 
 
 class DashboardTaskRow(StatusRow):

@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import TypedDict, cast
 
 from reconciler.db.queries import LimitRow
+from reconciler.db.rows import Conn
 from reconciler.db.statements import Statement, pipelined
-from reconciler.db.store import Conn, Store
+from reconciler.db.store import Store
 
 
 class LimitHealthRow(TypedDict):

@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
+from reconciler.db.rows import Conn
 from reconciler.db.statements import Statement, pipelined
-from reconciler.db.store import Conn, Store
+from reconciler.db.store import Store
 
 
 class StateRow(TypedDict):

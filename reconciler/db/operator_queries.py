@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
-from reconciler.db.store import Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import Store
 
 
 class PauseRow(TypedDict):

@@ -13,8 +13,9 @@ from typing import Any, TypedDict, cast
 
 from psycopg import AsyncCursor
 
+from reconciler.db.rows import Conn, Row
 from reconciler.db.statements import Statement, pipelined, send
-from reconciler.db.store import Conn, Row, Store
+from reconciler.db.store import Store
 
 
 class ClockRow(TypedDict):

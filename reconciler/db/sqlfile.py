@@ -53,3 +53,7 @@ def _expand(statement: str, fragments: dict[str, tuple[str | None, str]], name: 
         if not count:
             return statement
     raise ValueError(f"query {name}: fragments nested more than four deep")
+
+
+QUERIES = load_queries()
+"""Every named statement of queries.sql, by name: what the typed query functions send."""

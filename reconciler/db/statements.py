@@ -12,7 +12,8 @@ from typing import Any
 
 from psycopg import AsyncCursor
 
-from reconciler.db.store import Conn, Row, Store
+from reconciler.db.rows import Conn, Row
+from reconciler.db.store import Store
 
 
 @dataclass(frozen=True)

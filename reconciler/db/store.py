@@ -1,25 +1,21 @@
-"""The only module that talks to PostgreSQL. Named queries live in db/queries.sql (read by db/sqlfile.py).
+"""The store: the connection pool of one database (following a failover), its transactions, and the generic
+ways to send named statements (db/queries.sql, read by db/sqlfile.py). The typed query modules of db/ call
+these; nothing outside db/ imports psycopg.
 
-psycopg errors that mean "the database is not there" become DatabaseUnavailable here,
-at one boundary, a statement the server cancelled (a timeout) StatementCancelled saying which
-timeout, and a missing privilege PermissionDenied naming what to grant; everything else is a
-bug and propagates.
+Every error leaves through one boundary (`Store.connection`), translated by db/errors.py: the database not
+there is DatabaseUnavailable, a cancelled statement StatementCancelled, a missing privilege PermissionDenied,
+no schema yet SchemaMissing, any other refusal DatabaseRefused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import logging
-import re
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cached_property
 from typing import Any
 
 import psycopg
@@ -31,9 +27,12 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from reconciler.db import schema
 from reconciler.db.embedded import DsnOrigin
+from reconciler.db.errors import READ_LIMITS, cancelled, denied, named, refused, unavailable
 from reconciler.db.failover import FailoverPool, reports_read_only, writable_dsn, wrong_server
-from reconciler.db.sqlfile import load_queries
-from reconciler.errors import DatabaseUnavailable, PermissionDenied, StatementCancelled, one_line
+from reconciler.db.listening import Listening
+from reconciler.db.rows import Conn, Row, TaskRow
+from reconciler.db.sqlfile import QUERIES
+from reconciler.errors import DatabaseUnavailable, PermissionDenied
 
 # pg_advisory_xact_lock key shared by every apply (and schema upgrade): "reconc" in ASCII.
 APPLY_LOCK_KEY = 0x7265636F6E63
@@ -43,12 +42,6 @@ FRESH_SECONDS = 1.0
 # A read command's bounds (see Store.reading), where the server, the role and the connection set none.
 READ_LOCK_SECONDS = 5.0
 READ_STATEMENT_SECONDS = 30.0
-
-Row = dict[str, Any]
-Conn = AsyncConnection[Row]
-
-
-QUERIES = load_queries()
 
 
 # Every timestamptz the database returns comes back in UTC, whatever the session's TimeZone (a
@@ -67,169 +60,6 @@ class _UtcTimestamptzBinaryLoader(TimestamptzBinaryLoader):
 
 psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
 psycopg.adapters.register_loader("timestamptz", _UtcTimestamptzBinaryLoader)
-
-
-class _OutageNoise(logging.Filter):
-    """psycopg_pool warns at every connection attempt that fails and every broken connection it drops,
-    and psycopg at every pipeline a lost connection ended while its error was on its way out: during a
-    20 s outage, thirty lines beside the engine's own. The engine logs the database's state changes
-    itself (engine/outage.py), naming it and where its DSN came from; their other warnings (a
-    connection returned inside a transaction, …) still show."""
-
-    POOL = frozenset(
-        {
-            "error connecting in %r: %s",
-            "reconnection attempt in pool %r failed after %s sec",
-            "discarding broken connection: %s",
-            "discarding closed connection: %s",
-        }
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.name == "psycopg.pool":
-            return record.msg not in self.POOL
-        args = record.args if isinstance(record.args, tuple) else ()
-        lost = args and isinstance(args[-1], psycopg.OperationalError)
-        return not (record.msg == "error ignored terminating %r: %s" and lost)
-
-
-for _name in ("psycopg.pool", "psycopg"):
-    logging.getLogger(_name).addFilter(_OutageNoise())
-
-
-def redact(dsn: str) -> str:
-    """A DSN without its password, for error messages."""
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "<unparsable DSN>"
-    shown = {k: v for k, v in params.items() if k in ("host", "port", "dbname", "user") and v}
-    return " ".join(f"{k}={v}" for k, v in shown.items()) or "<default>"
-
-
-_QUOTED = re.compile(r'"([^"]*)"')
-
-
-def scrub_dsn_echo(reason: str, dsn: str) -> str:
-    """libpq's message without any part of the DSN it echoes: the whole DSN, its password, and
-    and any quoted token of an unparsable one (libpq quotes what it could not parse) but option names."""
-    reason = reason.replace(dsn, redact(dsn))
-    try:
-        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
-    except psycopg.ProgrammingError:  # keep a quoted option name (`name=` in the DSN), mask the rest
-        return _QUOTED.sub(lambda m: m[0] if _option_name(m[1], dsn) else '"***"', reason)
-    return reason.replace(str(password), "***") if password else reason
-
-
-def _option_name(token: str, dsn: str) -> bool:
-    """Whether libpq's quoted `token` is "=" or an option name (written `name=` in the DSN)."""
-    return token == "=" or re.search(rf"(^|\s){re.escape(token)}\s*=", dsn) is not None
-
-
-def _unavailable(dsn: str, exc: BaseException, origin: DsnOrigin) -> DatabaseUnavailable:
-    """The database did not answer: one line naming it (never its password), why, and where its DSN came from."""
-    return DatabaseUnavailable(origin.unreachable(redact(dsn), scrub_dsn_echo(one_line(exc), dsn)))
-
-
-GRANTS_HINT = "grant it: see `reconciler db grants`"
-# The tables a statement touches, and how: INSERT INTO / UPDATE / DELETE FROM, else FROM / JOIN (SELECT).
-_TOUCHES = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM|FROM|JOIN)\s+(\w+)\.(\w+)", re.I)
-_DENIED_FOR = re.compile(r"permission denied for (table|schema|sequence) (\S+)")
-
-
-def needed_privileges(statement: str, table: str) -> tuple[str, list[str]]:
-    """How `statement` names `table` (schema-qualified) and the privileges it uses on it, in order."""
-    qualified, needs = table, []
-    for match in _TOUCHES.finditer(statement):
-        if match[3] == table:
-            qualified = f"{match[2]}.{table}"
-            verb = match[1].split()[0].upper()
-            needs.append({"FROM": "SELECT", "JOIN": "SELECT"}.get(verb, verb))
-    if "SELECT" in needs and re.search(r"\bFOR\s+UPDATE\b", statement, re.I):
-        needs.append("UPDATE")  # a row lock needs UPDATE on some column
-    if "INSERT" in needs and re.search(r"\bON\s+CONFLICT\b.*\bDO\s+UPDATE\b", statement, re.I | re.S):
-        needs.append("UPDATE")  # an upsert updates the row it conflicts with
-    return qualified, list(dict.fromkeys(needs))
-
-
-def _denied(exc: psycopg.errors.InsufficientPrivilege, user: str, query: str | None = None) -> PermissionDenied:
-    """One line: what PostgreSQL refused, the privilege the statement needs, and where the fix is.
-
-    `query` names the statement, or several sent together (`a, b`: any of them may be the one)."""
-    reason = one_line(exc, "permission denied")
-    found = _DENIED_FOR.match(reason)
-    if found and found[1] == "table":
-        statements = "\n".join(QUERIES.get(name, "") for name in (query or "").split(", "))
-        table, privileges = needed_privileges(statements, found[2])
-        needs = f"role {user!r} needs {', '.join(privileges) or 'a privilege'} on {table}"
-    elif found:
-        needs = f"role {user!r} needs USAGE on {found[1]} {found[2]}"
-    else:
-        needs = f"role {user!r} lacks a privilege"
-    where = f" (query {query})" if query else ""
-    return PermissionDenied(f"{reason}: {needs}{where}; {GRANTS_HINT}")
-
-
-# The bounds (ms, by setting name) in force in a read transaction (Store.reading), for its messages.
-_READ_LIMITS: weakref.WeakKeyDictionary[Conn, dict[str, float]] = weakref.WeakKeyDictionary()
-TIMEOUT_HINT = "retry, or allow it longer (PGOPTIONS='-c statement_timeout=120s')"
-
-
-def _cancelled(exc: psycopg.OperationalError, conn: Conn, query: str | None) -> StatementCancelled:
-    """One line for a statement the server cancelled: which timeout, after how long (when a read
-    transaction set it), and on which tables a lock was awaited (those the named queries touch)."""
-    limits = _READ_LIMITS.get(conn, {})
-    if isinstance(exc, psycopg.errors.LockNotAvailable):
-        statements = "\n".join(QUERIES.get(name, "") for name in (query or "").split(", "))
-        tables = " or ".join(dict.fromkeys(f"{m[2]}.{m[3]}" for m in _TOUCHES.finditer(statements))) or "a table"
-        waited = f" for {limits['lock_timeout'] / 1000:g} s" if "lock_timeout" in limits else ""
-        return StatementCancelled(
-            f"waiting for a lock on {tables}{waited} (lock_timeout): another session holds it (a schema change, "
-            "LOCK TABLE or VACUUM FULL: see pg_locks and pg_stat_activity); retry once it is done"
-        )
-    which = f"query {query}" if query else "a query"
-    if "statement timeout" not in str(exc):  # pg_cancel_backend, or a cancel from this process
-        return StatementCancelled(f"{which} was cancelled by the server: {one_line(exc)}; retry")
-    after = f" after {limits['statement_timeout'] / 1000:g} s" if "statement_timeout" in limits else ""
-    return StatementCancelled(f"{which} timed out{after} (statement_timeout): the database is busy; {TIMEOUT_HINT}")
-
-
-@contextlib.contextmanager
-def _privileges(conn: Conn, query: str) -> Iterator[None]:
-    """Turn a refused named query into PermissionDenied naming what it needs, and a cancelled one
-    into StatementCancelled naming it."""
-    try:
-        yield
-    except psycopg.errors.InsufficientPrivilege as exc:
-        raise _denied(exc, conn.info.user, query) from None
-    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
-        raise _cancelled(exc, conn, query) from None
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    """One row of scheduler.tasks (spec parsed on first use)."""
-
-    id: str
-    source: str
-    spec_text: str
-    spec_hash: str
-    enabled: bool
-    timezone: str
-    next_run_at: datetime | None
-    version: str = ""
-    tampered: bool | None = None  # None: no digest to compare (row not written by apply)
-    calendars: dict[str, Any] | None = None  # the calendars the task names, as applied (see Task.bind)
-
-    @cached_property
-    def spec(self) -> dict[str, Any]:
-        """The stored spec; one that is not a JSON object (edited by hand) shows as a single `spec` field."""
-        parsed = json.loads(self.spec_text)
-        return parsed if isinstance(parsed, dict) else {"spec": parsed}
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> TaskRow:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row})
 
 
 class Store:
@@ -305,10 +135,10 @@ class Store:
             await probe.close()
             await self.pool.open(wait=True, timeout=15)
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
-            raise _unavailable(self.dsn, exc, self.origin) from None
+            raise unavailable(self.dsn, exc, self.origin) from None
         except Exception as exc:  # PoolTimeout and friends
             if exc.__class__.__module__.startswith("psycopg"):
-                raise _unavailable(self.dsn, exc, self.origin) from None
+                raise unavailable(self.dsn, exc, self.origin) from None
             raise
 
     async def close(self) -> None:
@@ -317,7 +147,7 @@ class Store:
     def unavailable(self, exc: BaseException) -> BaseException:
         """A database fault as one line naming this database and where its DSN came from (a
         DatabaseUnavailable says so already; a connection lost mid-statement, e.g. the listener's, does not)."""
-        return exc if isinstance(exc, DatabaseUnavailable) else _unavailable(self.dsn, exc, self.origin)
+        return exc if isinstance(exc, DatabaseUnavailable) else unavailable(self.dsn, exc, self.origin)
 
     async def recover(self) -> None:
         """After a fault, replace every broken idle connection at once.
@@ -344,17 +174,19 @@ class Store:
                 try:
                     yield conn
                 except psycopg.errors.InsufficientPrivilege as exc:
-                    raise _denied(exc, conn.info.user) from None
+                    raise denied(exc, conn.info.user) from None
                 except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:  # not named
-                    raise _cancelled(exc, conn, None) from None
+                    raise cancelled(exc, conn, None) from None
                 except psycopg.Error as exc:
                     if wrong_server(exc):  # a read-only or stopping server: the statement's caller retries
                         await self._wrong_server(conn)
-                        raise _unavailable(self.dsn, exc, self.origin) from None
-                    raise
+                        raise unavailable(self.dsn, exc, self.origin) from None
+                    if isinstance(exc, psycopg.OperationalError):  # named below, with the database's DSN
+                        raise
+                    raise refused(exc) from exc
                 self._used[conn] = time.monotonic()
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise _unavailable(self.dsn, exc, self.origin) from None
+            raise unavailable(self.dsn, exc, self.origin) from None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Conn]:
@@ -371,11 +203,11 @@ class Store:
         async with self.transaction() as conn:
             defaults = {"lock": READ_LOCK_SECONDS * 1000, "statement": READ_STATEMENT_SECONDS * 1000}
             rows = await self.fetch(conn, "read_limits", {f"{k}_ms": str(round(v)) for k, v in defaults.items()})
-            _READ_LIMITS[conn] = {row["name"]: row["ms"] for row in rows}
+            READ_LIMITS[conn] = {row["name"]: row["ms"] for row in rows}
             try:
                 yield conn
             finally:
-                _READ_LIMITS.pop(conn, None)
+                READ_LIMITS.pop(conn, None)
 
     @asynccontextmanager
     async def pipelined_transaction(self) -> AsyncIterator[Conn]:
@@ -388,20 +220,20 @@ class Store:
 
     @staticmethod
     async def fetch(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        with _privileges(conn, name):
+        with named(conn, name):
             cursor = await conn.execute(QUERIES[name], params or {})
             return await cursor.fetchall() if cursor.description else []
 
     @staticmethod
     async def execute(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> int:
-        with _privileges(conn, name):
+        with named(conn, name):
             cursor = await conn.execute(QUERIES[name], params or {})
             return cursor.rowcount
 
     @staticmethod
     async def execute_many(conn: Conn, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         if params:
-            with _privileges(conn, name):
+            with named(conn, name):
                 async with conn.cursor() as cursor:
                     await cursor.executemany(QUERIES[name], params)
 
@@ -413,7 +245,7 @@ class Store:
         each would wait on a busy event loop every time."""
         if not statements:
             return []
-        with _privileges(conn, ", ".join(name for name, _ in statements)):
+        with named(conn, ", ".join(name for name, _ in statements)):
             async with conn.pipeline():
                 cursors = [await Store._queue(conn, name, params) for name, params in statements]
             return [await c.fetchall() if c.description else [] for c in cursors]
@@ -423,7 +255,7 @@ class Store:
         """The named statements queued in the pipeline of a `pipelined_transaction`: they go, and their
         errors and rows come back, with the COMMIT. Their cursors, to read once the transaction's
         block has ended."""
-        with _privileges(conn, ", ".join(name for name, _ in statements)):
+        with named(conn, ", ".join(name for name, _ in statements)):
             return [await Store._queue(conn, name, params) for name, params in statements]
 
     @staticmethod
@@ -437,7 +269,7 @@ class Store:
     @staticmethod
     async def copy(conn: Conn, name: str, rows: Iterable[Sequence[Any]]) -> None:
         """The named `COPY … FROM STDIN`, one row per item of `rows`."""
-        with _privileges(conn, name):
+        with named(conn, name):
             async with conn.cursor() as cursor, cursor.copy(QUERIES[name]) as copy:
                 for row in rows:
                     await copy.write_row(row)
@@ -539,18 +371,22 @@ class Store:
     async def notify(cls, conn: Conn, payload: str) -> None:
         await cls.execute(conn, "notify_tasks", {"payload": payload})
 
-    async def listen(self, dsn: str | None = None) -> AsyncConnection[Any]:
+    async def listen(self, dsn: str | None = None) -> Listening:
         """A dedicated autocommit connection LISTENing on scheduler_tasks, to `dsn` (default the store's)."""
+        target = dsn or self.dsn
         try:
             conn = await self.connect(dsn and writable_dsn(dsn), autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
-            raise _unavailable(dsn or self.dsn, exc, self.origin) from None
+            raise unavailable(target, exc, self.origin) from None
         try:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-        except BaseException:
+        except BaseException as exc:
             await conn.close()
+            if isinstance(exc, psycopg.Error):
+                raise unavailable(target, exc, self.origin) from None
             raise
-        return conn
+        return Listening(conn, target, self.origin)
 
 
 DB_FAULTS = (DatabaseUnavailable, psycopg.OperationalError)
+"""What a caller backs off from and retries: the database away (a fault on a connection of its own included)."""

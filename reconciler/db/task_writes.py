@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, TypedDict
 
-from reconciler.db.store import Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import Store
 
 # From this many creates on (a first apply), they go by COPY into a temporary table and one
 # INSERT … SELECT: 1.5× faster than batched inserts at 10,000 rows here (issue 13's anchor: 1.3–1.8×).

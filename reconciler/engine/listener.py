@@ -17,12 +17,10 @@ import contextlib
 import logging
 import secrets
 import time
-from typing import Any
 
-import psycopg
-
-from reconciler.db.failover import reports_read_only
-from reconciler.db.store import DB_FAULTS, Store, redact
+from reconciler.db.errors import redact
+from reconciler.db.listening import Listening
+from reconciler.db.store import DB_FAULTS, Store
 from reconciler.errors import one_line
 from reconciler.spec.backoff import backoff_delay
 
@@ -59,7 +57,7 @@ class Listener:
         """Keep the connection up until `stop`; never raises but for cancellation."""
         delay = 0.5
         while not stop.is_set() and not self.polling_only:
-            conn: psycopg.AsyncConnection[Any] | None = None
+            conn: Listening | None = None
             try:
                 conn = await self.store.listen(self.dsn)
                 if not self._checked:
@@ -76,19 +74,18 @@ class Listener:
                     self.connected = False
                     self.woken.set()
                 if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close()
+                    await conn.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
             delay = backoff_delay(delay, 2, cap=RETRY_CAP_SECONDS)
 
-    async def _delivers(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+    async def _delivers(self, conn: Listening) -> bool:
         """Whether a NOTIFY sent on the engine's pool reaches `conn`; if not, say so once and poll for good."""
         probe = f"probe {secrets.token_hex(8)}"
         async with self.store.connection() as pooled:
             await Store.notify(pooled, probe)
-        async for notify in conn.notifies(timeout=PROBE_SECONDS):
-            if notify.payload == probe:
+        async for payload in conn.notifications(PROBE_SECONDS):
+            if payload == probe:
                 return True
         self.polling_only = True
         log.warning(
@@ -102,17 +99,15 @@ class Listener:
         )
         return False
 
-    async def _hear(self, conn: psycopg.AsyncConnection[Any], stop: asyncio.Event) -> None:
+    async def _hear(self, conn: Listening, stop: asyncio.Event) -> None:
         """Set `woken` at each NOTIFY until `stop`; every CHECK_SECONDS check the connection: a connection
         cut without a word would wait forever, and a server that turned read-only or into a standby (a
         failover: the writes, and so the NOTIFYs, go to another server now) still takes LISTEN but hears
         nothing more. Raises when it drops or its server does not take writes any more."""
         while not stop.is_set():
-            async for _ in conn.notifies(timeout=CHECK_SECONDS):
+            async for _ in conn.notifications(CHECK_SECONDS):
                 self.woken.set()
-            await conn.execute("SELECT 1")
-            if reports_read_only(conn):
-                raise psycopg.OperationalError("the server does not take writes any more (a failover)")
+            await conn.check()
 
     def _up(self) -> None:
         self.connected = True

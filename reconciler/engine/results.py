@@ -13,12 +13,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-
 from reconciler.clock import DATABASE, Clock
 from reconciler.db import queries
 from reconciler.db.store import DB_FAULTS, Store
-from reconciler.errors import one_line
+from reconciler.errors import DatabaseRefused, one_line
 from reconciler.notify.events import record_ended
 from reconciler.targets.http import Attempt
 from reconciler.targets.secrets import storable
@@ -93,13 +91,13 @@ class Results:
                 "run %s: result could not be stored (%s); its lease will expire", result["run_id"], one_line(refused)
             )
 
-    async def _try_write(self, rows: list[Result]) -> psycopg.Error | None:
+    async def _try_write(self, rows: list[Result]) -> DatabaseRefused | None:
         """_write; the error if the database refused the rows. Database faults propagate."""
         try:
             await self._write(rows)
         except DB_FAULTS:
             raise
-        except psycopg.Error as exc:
+        except DatabaseRefused as exc:
             return exc
         return None
 

@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 
 from reconciler.clock import Clock, DatabaseClock, statement_now, utcnow
 from reconciler.db import queries
-from reconciler.db.store import DB_FAULTS, Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.config import EngineConfig
 from reconciler.engine.leader import leader_only
 from reconciler.errors import one_line

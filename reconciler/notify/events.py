@@ -21,8 +21,9 @@ from typing import Any
 
 from reconciler.clock import utc_iso
 from reconciler.db import notify_queries
+from reconciler.db.rows import Conn
 from reconciler.db.statements import Statement, execute, send
-from reconciler.db.store import Conn, Store
+from reconciler.db.store import Store
 from reconciler.spec.notifier import subscriptions
 from reconciler.spec.task import LATE_FLOOR_SECONDS, TaskSpec
 

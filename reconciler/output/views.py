@@ -17,7 +17,7 @@ from reconciler.clock import local_text, utc_text, when_text
 from reconciler.db import command_queries, operator_queries
 from reconciler.db.command_queries import EngineRow, OutboxRow, RunRow
 from reconciler.db.operator_queries import PauseRow
-from reconciler.db.store import Conn, Row, TaskRow
+from reconciler.db.rows import Conn, Row, TaskRow
 from reconciler.errors import UserError, one_line
 from reconciler.output import text as render
 from reconciler.output.explain import TaskState, explain, occurrences_around, span

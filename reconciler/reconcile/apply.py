@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.db import apply_queries, operator_queries
-from reconciler.db.store import Conn, Store, TaskRow
+from reconciler.db.rows import Conn, TaskRow
+from reconciler.db.store import Store
 from reconciler.db.task_writes import TaskValues, TaskWrites
 from reconciler.errors import UserError
 from reconciler.files.calendars import Calendars

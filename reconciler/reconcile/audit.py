@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.db import operator_queries
-from reconciler.db.store import Conn
+from reconciler.db.rows import Conn
 from reconciler.errors import UserError
 
 MAX_TEXT = 500

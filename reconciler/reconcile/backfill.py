@@ -20,7 +20,8 @@ from zoneinfo import ZoneInfo
 from reconciler.clock import utc_iso, utc_text
 from reconciler.db import backfill_queries
 from reconciler.db.backfill_queries import BackfillTaskRow, OccurrenceRunRow
-from reconciler.db.store import Conn, Store
+from reconciler.db.rows import Conn
+from reconciler.db.store import Store
 from reconciler.errors import UserError, one_line
 from reconciler.reconcile.audit import Operator, record
 from reconciler.schedule.base import Fire, Schedule

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.db import apply_queries
-from reconciler.db.store import Conn
+from reconciler.db.rows import Conn
 from reconciler.files.calendars import Calendar, holidays_version
 from reconciler.reconcile.diff import FieldDiff, Op, StoredRow, diff_declared
 

@@ -27,7 +27,7 @@ import tomli_w
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from reconciler.db.store import TaskRow
+from reconciler.db.rows import TaskRow
 from reconciler.errors import UserError
 from reconciler.files.calendars import CALENDARS
 from reconciler.files.kinds import Kind, check_data, spec_hash, validate

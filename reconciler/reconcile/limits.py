@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from reconciler.db import apply_queries
-from reconciler.db.store import Conn
+from reconciler.db.rows import Conn
 from reconciler.files.limits import Limit
 from reconciler.reconcile.diff import ItemChange, StoredRow, diff_declared
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.db import apply_queries
-from reconciler.db.store import Conn
+from reconciler.db.rows import Conn
 from reconciler.files.notifiers import Notifier
 from reconciler.reconcile.diff import FieldDiff, Op, StoredRow, diff_declared
 

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from reconciler.db.operator_queries import PauseRow
-from reconciler.db.store import TaskRow
+from reconciler.db.rows import TaskRow
 from reconciler.files.calendars import Calendars
 from reconciler.files.kinds import spec_hash
 from reconciler.files.limit_refs import limit_errors

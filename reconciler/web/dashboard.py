@@ -19,14 +19,13 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import psycopg
 from aiohttp import web
 
 from reconciler import __version__
 from reconciler.clock import utc_iso
 from reconciler.db import command_queries, dashboard_queries, operator_queries
 from reconciler.db.store import Store
-from reconciler.errors import DatabaseUnavailable, UserError, one_line
+from reconciler.errors import DatabaseUnavailable, SchemaMissing, UserError, one_line
 from reconciler.output import text as render
 from reconciler.output import views
 from reconciler.output.masking import mask_spec, mask_text
@@ -192,9 +191,8 @@ class Dashboard:
                 raise
             except DatabaseUnavailable as exc:
                 template, data, status = "error.html", {"error": mask_text(one_line(exc))}, 503
-            except psycopg.errors.UndefinedTable:
-                error = "the database has no reconciler schema yet: `reconciler db init` (or any apply) creates it"
-                template, data, status = "error.html", {"error": error}, 503
+            except SchemaMissing as exc:
+                template, data, status = "error.html", {"error": one_line(exc)}, 503
             except UserError as exc:
                 unknown = "is not in the database" in str(exc)
                 template, data, status = "error.html", {"error": mask_text(one_line(exc))}, 404 if unknown else 400

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import psycopg
 from aiohttp import web
 from prometheus_client import (
     CollectorRegistry,
@@ -31,6 +29,7 @@ from reconciler import __version__
 from reconciler.clock import DATABASE
 from reconciler.db import limit_queries, queries
 from reconciler.db.limit_queries import LimitHealthRow
+from reconciler.db.probe import Probe
 from reconciler.db.queries import EngineSeenRow, HealthRow
 from reconciler.db.store import Store
 from reconciler.engine.leader import Lease
@@ -352,37 +351,6 @@ class LimitGauges:
             self.rows = await limit_queries.limits_health(conn, now=now, sources=sources)
 
 
-class Probe:
-    """/healthz's and /readyz's check of the database: `SELECT 1` on a connection of its own, opened
-    on demand, kept, and made again once broken. Not the claim's pool: a probe must neither wait
-    for a connection the claims hold nor take one from them, and it answers within PROBE_SECONDS
-    whatever the database does (a dead server's connect would otherwise wait out libpq's timeout)."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.conn: psycopg.AsyncConnection[Any] | None = None
-        self.lock = asyncio.Lock()  # one probe at a time on the one connection
-
-    async def ok(self) -> bool:
-        try:
-            async with asyncio.timeout(PROBE_SECONDS), self.lock:
-                if self.conn is None or self.conn.closed:
-                    self.conn = await psycopg.AsyncConnection.connect(
-                        self.dsn, autocommit=True, connect_timeout=1, prepare_threshold=None
-                    )  # never prepared: a pooler in transaction mode (see db/store.py)
-                await self.conn.execute("SELECT 1")
-            return True
-        except Exception:
-            await self.close()  # in an unknown state (cut off mid-statement, or broken): made again next time
-            return False
-
-    async def close(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
-
-
 async def refresh_gauges(
     metrics: EngineMetrics, engine: Engine, store: Store, seconds: float = REFRESH_SECONDS
 ) -> None:
@@ -449,7 +417,7 @@ async def serve_metrics(
         "1 while this engine's LISTEN connection is up (a NOTIFY wakes it at once); 0 while it polls instead",
         registry=registry,
     ).set_function(lambda: float(engine.listener.connected))
-    probe = Probe(probe_dsn or store.dsn)
+    probe = Probe(probe_dsn or store.dsn, PROBE_SECONDS)
 
     async def scrape(request: web.Request) -> web.Response:
         # rendered in a thread: a scrape of thousands of series never holds up a fire

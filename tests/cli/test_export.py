@@ -15,7 +15,7 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 
-from reconciler.db.store import TaskRow
+from reconciler.db.rows import TaskRow
 from reconciler.files.kinds import spec_hash
 from reconciler.files.tasks import load_dir, load_text
 from reconciler.reconcile.export import DEFAULT_OUT_DIR, Placeholders, export_row

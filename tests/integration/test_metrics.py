@@ -179,7 +179,7 @@ async def test_a_database_without_the_outbox_still_serves_the_other_gauges(
     try:
 
         def outbox_read_failed() -> bool:  # the outbox is read last: the other gauges were read first
-            return "gauges not refreshed: UndefinedTable" in caplog.messages
+            return "gauges not refreshed: SchemaMissing" in caplog.messages
 
         assert await async_wait_until(outbox_read_failed, 60, step=0.05)
         found = await scrape(url)

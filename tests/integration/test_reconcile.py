@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from reconciler.db.store import QUERIES, Store
+from reconciler.errors import DatabaseRefused
 from reconciler.files.tasks import Task, load_dir
 from reconciler.reconcile.apply import ApplyOptions, PlanRefused, apply_tasks, read_plan
 from tests.builders import cron_trigger, task_text, write_tasks
@@ -358,6 +359,7 @@ async def test_failed_apply_changes_nothing(store: Store, dsn: str, tmp_path: Pa
     tasks = load(tmp_path, {"a": task_file("5 * * * *"), "b": task_file()})
     with psycopg.connect(dsn, autocommit=True) as conn:  # make the insert of b fail mid-transaction
         conn.execute("ALTER TABLE scheduler.tasks ADD CONSTRAINT no_b CHECK (id <> 'b')")
-    with pytest.raises(psycopg.errors.CheckViolation):
+    with pytest.raises(DatabaseRefused) as refused:  # translated at the database's door (db/errors.py)
         await apply_tasks(store, tasks, "default", NOW)
+    assert refused.value.sqlstate == "23514"  # check_violation
     assert rows(dsn) == before

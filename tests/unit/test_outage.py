@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 from reconciler.db.embedded import DsnOrigin, configured
-from reconciler.db.store import Store, _OutageNoise
+from reconciler.db.errors import OutageNoise
+from reconciler.db.store import Store
 from reconciler.engine.outage import STILL_DOWN_SECONDS, Outage
 from reconciler.errors import DatabaseUnavailable
 
@@ -143,7 +144,7 @@ def test_psycopgs_per_attempt_warnings_are_dropped_and_its_others_kept() -> None
     def record(name: str, msg: str, error: object = "x") -> logging.LogRecord:
         return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, ("pool-1", error), None)
 
-    noise = _OutageNoise()
+    noise = OutageNoise()
     assert not noise.filter(record("psycopg.pool", "error connecting in %r: %s"))
     assert not noise.filter(record("psycopg.pool", "discarding broken connection: %s"))
     assert noise.filter(record("psycopg.pool", "rolling back returned connection: %s"))
@@ -151,4 +152,4 @@ def test_psycopgs_per_attempt_warnings_are_dropped_and_its_others_kept() -> None
     assert not noise.filter(record("psycopg", "error ignored terminating %r: %s", lost))
     assert noise.filter(record("psycopg", "error ignored terminating %r: %s", ValueError("a bug")))
     for name in ("psycopg.pool", "psycopg"):
-        assert any(isinstance(f, _OutageNoise) for f in logging.getLogger(name).filters)
+        assert any(isinstance(f, OutageNoise) for f in logging.getLogger(name).filters)

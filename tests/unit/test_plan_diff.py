@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.db.store import TaskRow
+from reconciler.db.rows import TaskRow
 from reconciler.files.tasks import Task, load_text
 from reconciler.reconcile.diff import FieldDiff, diff_fields, flatten
 from reconciler.reconcile.plan import make_plan

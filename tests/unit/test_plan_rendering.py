@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.cli.parser import main
-from reconciler.db.store import TaskRow, scrub_dsn_echo
+from reconciler.db.errors import scrub_dsn_echo
+from reconciler.db.rows import TaskRow
 from reconciler.files.tasks import Task, load_dir, load_text
 from reconciler.output import planview
 from reconciler.output.masking import MASK, mask_spec, mask_text, mask_url

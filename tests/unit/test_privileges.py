@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.db.errors import needed_privileges
 from reconciler.db.grants import ROLE_COMMANDS, ROLE_PRIVILEGES, grants_sql, privilege_table
 from reconciler.db.schema import load_schemata
-from reconciler.db.store import QUERIES, needed_privileges
+from reconciler.db.store import QUERIES
 from reconciler.errors import UserError
 from tests.generated_docs import COMMAND, DEPLOY_README, PARTS, ROOT, part
 

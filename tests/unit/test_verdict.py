@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from reconciler.db.store import TaskRow
+from reconciler.db.rows import TaskRow
 from reconciler.files.problems import FileError
 from reconciler.reconcile.apply import DELETES_SHOWN, ApplyOptions, judge, rail_refusals
 from reconciler.reconcile.plan import Change, Plan
