@@ -3,7 +3,7 @@
     python -m tests.generated_docs
 
 (from the repository root). Each part sits between `<!-- BEGIN generated: NAME -->` and
-`<!-- END generated: NAME -->`; tests/unit/test_privileges.py fails while one differs from what the
+`<!-- END generated: NAME -->`; tests/unit/db/test_privileges.py fails while one differs from what the
 code prints now, naming this command.
 """
 

@@ -28,6 +28,7 @@ from reconciler.output import views
 from reconciler.output.explain import notified_line
 from reconciler.output.masking import mask_text
 from reconciler.reconcile.audit import Operator, record
+from reconciler.runs import FINAL
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -104,7 +105,6 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-FINAL_STATUSES = ("succeeded", "failed", "missed", "skipped", "lost")
 WAIT_POLL_SECONDS = 0.5
 QUEUED_HINT_SECONDS = 10.0
 
@@ -156,10 +156,10 @@ async def follow_run(store: Store, run_id: int) -> int:
         if not found:
             raise UserError(f"run {run_id} is gone from the history (pruned or its task deleted)")
         run = found[0]
-        if run["status"] != shown and run["status"] not in FINAL_STATUSES:
+        if run["status"] != shown and run["status"] not in FINAL:
             shown = run["status"]
             print(f"run {run_id}: {shown} on engine {render.safe(run['engine_id'] or '-')}", flush=True)
-        if run["status"] in FINAL_STATUSES:
+        if run["status"] in FINAL:
             break
         if run["status"] == "queued" and time.monotonic() > hint_at:
             hint_at = math.inf

@@ -15,6 +15,7 @@ from reconciler import __version__
 from reconciler.db.embedded import find_tasks_dir
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, as_bytes, is_utf8
 from reconciler.logs import error_line, flush_logs
+from reconciler.runs import STATUSES
 from reconciler.spec.hosts import HOST_PORT, host_problem
 
 Handler = Callable[[argparse.Namespace], int]
@@ -279,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs = add("runs", "cli.db:cmd_runs", "run history")
     runs.add_argument("id", nargs="?", metavar="ID")
     runs.add_argument("--limit", type=LIMIT, default=50)
-    runs.add_argument("--status", choices=["queued", "running", "succeeded", "failed", "missed", "skipped", "lost"])
+    runs.add_argument("--status", choices=STATUSES)
     runs.add_argument(
         "-v", "--verbose", action="store_true", help="also the engine, the times and the stored response excerpt"
     )

@@ -25,6 +25,7 @@ from reconciler.db.store import Store
 from reconciler.engine.limits import Gate, Key, keys_of, names_of
 from reconciler.errors import one_line
 from reconciler.notify.events import Ended, Event, claim_events, ended_of, outbox_insert, record_ended
+from reconciler.runs import RECORDED
 from reconciler.schedule.base import Schedule
 from reconciler.schedule.catchup import ON_TIME_SECONDS, SharedSchedule, due_occurrences
 from reconciler.schedule.triggers import compile_schedule, schedule_key
@@ -166,7 +167,7 @@ class Report:
     def record(self, task_id: str, scheduled_for: datetime, status: str, error: str | None) -> None:
         """A run row that ended in the claim (missed, skipped, failed, lost)."""
         self.recorded.append(Recorded(task_id, scheduled_for, status, error))
-        if status in ("missed", "skipped", "failed", "lost"):
+        if status in RECORDED:
             setattr(self, status, getattr(self, status) + 1)
 
 

@@ -24,6 +24,7 @@ from reconciler.db.rows import Conn
 from reconciler.db.store import Store
 from reconciler.errors import UserError, one_line
 from reconciler.reconcile.audit import Operator, record
+from reconciler.runs import PENDING, UNSUCCESSFUL
 from reconciler.schedule.base import Fire, Schedule
 from reconciler.schedule.catchup import TICK
 from reconciler.schedule.excluded import Excluded, excluded_between
@@ -35,8 +36,6 @@ from reconciler.spec.values import year_problem
 
 MAX_OCCURRENCES = 10_000  # queued by one backfill
 REPROCESS = ("none", "failed", "all")
-RERUN = frozenset({"failed", "missed", "skipped", "lost"})  # --reprocess failed: a newest run that ended so
-PENDING = frozenset({"queued", "running"})
 GAPS_LOOKED_AT = 50  # upcoming occurrences whose spacing says whether backfill runs fit between them
 
 
@@ -114,7 +113,7 @@ def _chosen(fire: Fire, run: OccurrenceRunRow | None, reprocess: str) -> bool:
         return True
     if run["kind"] == "backfill" and run["status"] in PENDING:
         return False  # a backfill run of it waits or runs already: never two at once
-    return reprocess == "all" or (reprocess == "failed" and run["status"] in RERUN)
+    return reprocess == "all" or (reprocess == "failed" and run["status"] in UNSUCCESSFUL)
 
 
 def _notes(row: BackfillTaskRow, spec: TaskSpec, schedule: Schedule, now: datetime) -> list[str]:

@@ -29,6 +29,7 @@ from reconciler.errors import DatabaseUnavailable, SchemaMissing, UserError, one
 from reconciler.output import text as render
 from reconciler.output import views
 from reconciler.output.masking import mask_spec, mask_text
+from reconciler.runs import KINDS, STATUSES
 from reconciler.schedule.describe import describe_trigger
 from reconciler.schedule.excluded import excluded_between
 from reconciler.schedule.preview import upcoming
@@ -48,8 +49,6 @@ APPLIES_PAGE = 50
 ENGINES_SEEN_SECONDS = 3600.0  # /engines lists engines heard from in the last hour
 REFRESH_SECONDS = 30  # the pages reload themselves this often (static/app.js)
 POOL_SIZE = 2  # the dashboard's own connections
-STATUSES = ("queued", "running", "succeeded", "failed", "missed", "skipped", "lost")
-KINDS = ("scheduled", "catchup", "manual", "retry", "backfill")
 MAX_PARAM = 500  # characters of a query parameter
 SPEC_CACHE = 20_000  # parsed specs kept, by their text
 

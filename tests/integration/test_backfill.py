@@ -22,7 +22,7 @@ from tests.builders import cli, cron, write_tasks
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, setup
 from tests.integration.test_notifications import apply_dirs, outbox, webhook
-from tests.unit.test_cron_oracle import Oracle
+from tests.unit.schedule.test_cron_oracle import Oracle
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

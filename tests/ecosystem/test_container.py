@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from reconciler.cli.parser import build_parser
-from tests.cli.packaging import PROJECT, tool
+from tests.ecosystem.packaging import PROJECT, tool
 
 DOCKERFILE = PROJECT / "Dockerfile"
 MANIFESTS = sorted((PROJECT / "deploy" / "kubernetes").glob("*.yaml"))

@@ -1,6 +1,6 @@
 """The reusable GitHub Action (action.yml): its steps, run as GitHub runs them, plan, comment and apply.
 
-The steps run through tests/cli/github_runner.py against the test database, in a copy of the
+The steps run through tests/ecosystem/github_runner.py against the test database, in a copy of the
 example repository. Not run: the `uses:` steps (setup-python, upload-artifact, github-script),
 whose evaluated `with:` and conditions are checked instead, and the install step (this venv
 already has reconciler; installing would take a minute).
@@ -21,7 +21,7 @@ import psycopg
 import pytest
 import yaml
 
-from tests.cli.github_runner import RUNNER_ARGS, ActionRun, run_action, step_key
+from tests.ecosystem.github_runner import RUNNER_ARGS, ActionRun, run_action, step_key
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION: dict[str, Any] = yaml.safe_load((ROOT / "action.yml").read_text())

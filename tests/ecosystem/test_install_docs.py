@@ -7,7 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from tests.cli.packaging import INSTALL_DOC, PROJECT, install_blocks
+from tests.ecosystem.packaging import INSTALL_DOC, PROJECT, install_blocks
 
 # A command that installs Python packages or makes the venv they go in.
 INSTALL = re.compile(r"\b(pip3?|pipx|uv pip)\s+(install|wheel)\b|-m\s+(venv|pip\s+(install|wheel))\b")

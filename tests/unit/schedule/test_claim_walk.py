@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from reconciler.schedule.catchup import SharedSchedule, due_occurrences
 from reconciler.spec.task import Policy
 from tests.helpers import schedule
-from tests.unit.test_cron_oracle import EXPRESSIONS, STARTS, ZONES
+from tests.unit.schedule.test_cron_oracle import EXPRESSIONS, STARTS, ZONES
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from reconciler.schedule.base import Schedule
 from tests.helpers import schedule
-from tests.unit.test_business_oracle import Cal, backwards, source_days, walked
+from tests.unit.schedule.test_business_oracle import Cal, backwards, source_days, walked
 
 pytestmark = pytest.mark.oracle
 

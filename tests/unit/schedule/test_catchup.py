@@ -16,7 +16,7 @@ from reconciler.schedule.base import Schedule
 from reconciler.schedule.catchup import CATCHUP_CAP, ON_TIME_SECONDS, SharedSchedule, due_occurrences
 from reconciler.spec.task import Policy
 from tests.helpers import schedule
-from tests.unit.test_cron_oracle import EXPRESSIONS, STARTS, ZONES
+from tests.unit.schedule.test_cron_oracle import EXPRESSIONS, STARTS, ZONES
 
 CALENDARS = st.fixed_dictionaries(
     {

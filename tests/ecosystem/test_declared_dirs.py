@@ -18,7 +18,7 @@ from reconciler.cli.options import FilesOptions
 from reconciler.cli.parser import build_parser, parse
 from reconciler.files.kinds import Kind
 from reconciler.files.registry import KINDS
-from tests.cli.test_workflows import workflow
+from tests.ecosystem.test_workflows import workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 GITOPS_DOC = ROOT / "docs" / "gitops.md"

@@ -199,7 +199,7 @@ def test_usage_errors_exit_1_and_abbreviations_are_refused() -> None:
 
 
 def test_the_shipped_examples_plan_with_their_targets(tmp_path: Path) -> None:
-    loaded = load_dir(Path(__file__).parents[2] / "tasks.d", "tasks.d")
+    loaded = load_dir(Path(__file__).parents[3] / "tasks.d", "tasks.d")
     text = planview.plan_text(make_plan(loaded.tasks, [], "default", NOW))
     assert text.count("    target: ") == len(loaded.tasks)
     created, target_lines = re.findall(r"^\+ create (\S+)$", text, re.M), re.findall(r"^    target: (.*)$", text, re.M)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reconciler.db.schema import SCHEMATA
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 def test_the_package_reads_the_repositorys_schemata() -> None:

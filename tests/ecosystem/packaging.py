@@ -14,7 +14,7 @@ import pytest
 PROJECT = Path(__file__).resolve().parents[2]
 INSTALL_DOC = PROJECT / "docs" / "install.md"
 # Marks a ```sh block of docs/install.md that test_wheel.py runs as written.
-RUNS_THIS_BLOCK = "<!-- tests/cli/test_wheel.py runs this block -->"
+RUNS_THIS_BLOCK = "<!-- tests/ecosystem/test_wheel.py runs this block -->"
 # The only words of a marked block the test changes: where the documented venvs go.
 VENV_PLACEHOLDER = re.compile(r"/opt/reconciler\b|(?<![\w./-])\.venv\b")
 

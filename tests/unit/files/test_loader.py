@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.files.tasks import load_dir, load_text
 
-BAD = Path(__file__).parent.parent / "fixtures" / "bad" / "tasks.d"
+BAD = Path(__file__).parents[2] / "fixtures" / "bad" / "tasks.d"
 GOOD = """
 [trigger]
 kind = "cron"
@@ -171,7 +171,7 @@ def test_missing_directory_is_an_error(tmp_path: Path) -> None:
 
 
 def test_example_tasks_dir_is_valid() -> None:
-    root = Path(__file__).parent.parent.parent / "tasks.d"
+    root = Path(__file__).parents[3] / "tasks.d"
     result = load_dir(root, "tasks.d")
     assert result.errors == []
     assert {t.spec.trigger.kind for t in result.tasks} == {"cron", "interval", "calendar", "once"}

@@ -13,7 +13,7 @@ import pytest
 
 from reconciler.web.timeline import MARKS_PER_TASK, SPAN, Planned, timeline
 from tests.helpers import schedule
-from tests.unit.test_cron_oracle import Oracle
+from tests.unit.schedule.test_cron_oracle import Oracle
 
 BERLIN = ZoneInfo("Europe/Berlin")
 FALL_BACK_EVE = datetime(2026, 10, 24, 22, 0, tzinfo=UTC)  # Berlin's clocks go back at 01:00 UTC on the 25th

@@ -1,7 +1,7 @@
 """The GitHub workflows are wired as the README says, use the action, and are actionlint-clean.
 
 plan.yml and apply.yml are a checkout and the repository's own action (`uses: ./`); what the
-action's steps do is tests/cli/test_action.py's business, which runs them as GitHub does.
+action's steps do is tests/ecosystem/test_action.py's business, which runs them as GitHub does.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.cli.github_runner import RUNNER_ARGS
+from tests.ecosystem.github_runner import RUNNER_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -61,7 +61,7 @@ def actionlint(cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_plan_and_apply_run_the_action_on_a_full_checkout() -> None:
     plan, apply = workflow("plan.yml"), workflow("apply.yml")
-    # Every declared directory, from the registry (tests/cli/test_declared_dirs.py checks it kind by kind).
+    # Every declared directory, from the registry (tests/ecosystem/test_declared_dirs.py checks it kind by kind).
     assert plan["on"]["pull_request"]["paths"] == ["calendars.d/**", "limits.d/**", "notifiers.d/**", "tasks.d/**"]
     assert plan["permissions"]["pull-requests"] == "write"  # the sticky comment
     paths = ["calendars.d/**", "limits.d/**", "notifiers.d/**", "tasks.d/**"]

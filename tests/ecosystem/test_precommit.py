@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.cli.packaging import PROJECT, copy_project, once_per_ci, outside_env, run, tool
+from tests.ecosystem.packaging import PROJECT, copy_project, once_per_ci, outside_env, run, tool
 
 pytestmark = once_per_ci
 

@@ -9,7 +9,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from tests.cli.packaging import PROJECT, copy_project, install_blocks, once_per_ci, run, run_block
+from tests.ecosystem.packaging import PROJECT, copy_project, install_blocks, once_per_ci, run, run_block
 
 pytestmark = once_per_ci
 

@@ -4,7 +4,7 @@ nights of 2026, for every policy: skip / next / previous business day, the Nth b
 skipped or deferred.
 
 The oracle shares no code with reconciler.schedule: a calendar is plain sets of dates and weekdays, the
-cron matcher and its DST rules are tests/unit/test_cron_oracle.py's, a business day's source days and the
+cron matcher and its DST rules are tests/unit/schedule/test_cron_oracle.py's, a business day's source days and the
 Nth business day are found by walking dates, and blocked minutes by marking every window's minutes.
 """
 
@@ -24,7 +24,7 @@ from reconciler.schedule.base import Schedule
 from reconciler.schedule.blackout import Repeating
 from reconciler.schedule.preview import upcoming
 from tests.helpers import schedule
-from tests.unit.test_cron_oracle import EXPRESSIONS, Oracle
+from tests.unit.schedule.test_cron_oracle import EXPRESSIONS, Oracle
 
 pytestmark = pytest.mark.oracle  # no database: CI's extra pass (another server) leaves them out
 
