@@ -79,6 +79,30 @@ class Bucket:
         return (self.rate is not None and self.started > 0) or self.delayed > 0 or self.missed > 0
 
 
+@dataclass(frozen=True)
+class Taken:
+    """A limit's bucket as a claim leaves it: its tokens as of `at`, and the occurrences it delayed and missed."""
+
+    key: Key
+    tokens: float
+    at: datetime
+    delayed: int
+    missed: int
+
+
+def taken_statement(taken: Sequence[Taken]) -> Statement | None:
+    """The write-back of the buckets' tokens and counters (None: nothing to write)."""
+    if not taken:
+        return None
+    return limit_queries.limits_take(
+        keys=[t.key for t in taken],
+        tokens=[t.tokens for t in taken],
+        ats=[t.at for t in taken],
+        delayed=[t.delayed for t in taken],
+        missed=[t.missed for t in taken],
+    )
+
+
 class Gate:
     """The limits a claim locked; tasks naming none (or only limits that do not exist) always pass."""
 
@@ -136,18 +160,13 @@ class Gate:
             active, turn = still, turn + 1
         return granted
 
-    def statement(self) -> Statement | None:
-        """The write-back of the tokens taken and the counters (None: nothing changed)."""
-        changed = [(key, bucket) for key, bucket in self.buckets.items() if bucket.changed]
-        if not changed:
-            return None
-        return limit_queries.limits_take(
-            keys=[key for key, _ in changed],
-            tokens=[bucket.tokens for _, bucket in changed],
-            ats=[bucket.at for _, bucket in changed],
-            delayed=[bucket.delayed for _, bucket in changed],
-            missed=[bucket.missed for _, bucket in changed],
-        )
+    def changes(self) -> list[Taken]:
+        """What the claim took from its limits and counted, to be written back (none: nothing changed)."""
+        return [
+            Taken(key, bucket.tokens, bucket.at, bucket.delayed, bucket.missed)
+            for key, bucket in self.buckets.items()
+            if bucket.changed
+        ]
 
     @property
     def rated(self) -> set[Key]:
@@ -165,7 +184,7 @@ async def retry_token(conn: Any, keys: Sequence[Key]) -> float:
         return max(short)
     for bucket in rated:
         bucket.take()
-    statement = gate.statement()
+    statement = taken_statement(gate.changes())
     if statement is not None:
         await execute(conn, statement)
     return 0.0

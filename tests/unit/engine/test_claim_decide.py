@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.engine.claim import decide
+from reconciler.engine.claim_plan import decide
 from reconciler.schedule.catchup import ON_TIME_SECONDS, due_occurrences
 from reconciler.spec.task import Policy
 from tests.helpers import schedule

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from reconciler.engine.claim import Pause, decide_paused
+from reconciler.engine.claim_plan import Pause, decide_paused
 from reconciler.errors import UserError
 from reconciler.output.planview import plan_dict, plan_markdown, plan_text
 from reconciler.output.text import audit_line, pause_line

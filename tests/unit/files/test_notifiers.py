@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.engine.claim import decide
+from reconciler.engine.claim_plan import decide
 from reconciler.files.notifiers import load_notifiers, validate_notifier
 from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import load_dir

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.engine.claim import decide
+from reconciler.engine.claim_plan import decide
 from reconciler.schedule.base import Schedule
 from reconciler.schedule.catchup import CATCHUP_CAP, ON_TIME_SECONDS, SharedSchedule, due_occurrences
 from reconciler.spec.task import Policy
