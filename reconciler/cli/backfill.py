@@ -16,10 +16,10 @@ from reconciler.db import backfill_queries
 from reconciler.db.backfill_queries import BackfillRow
 from reconciler.db.store import Store
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
+from reconciler.operate.audit import Operator
+from reconciler.operate.backfill import Listing, Queued, cancel, listing, queue
 from reconciler.output import backfill as render
 from reconciler.output.text import json_rows, safe
-from reconciler.reconcile.audit import Operator
-from reconciler.reconcile.backfill import Listing, Queued, cancel, listing, queue
 
 WAIT_POLL_SECONDS = 0.5
 QUIET_HINT_SECONDS = 30.0  # --wait: no run ended for this long → say what it waits for, once

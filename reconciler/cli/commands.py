@@ -183,9 +183,9 @@ def read_saved_plan(path: str, source: str) -> dict[str, Any]:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from reconciler.operate.audit import Operator
     from reconciler.output import planview
     from reconciler.reconcile.apply import apply_tasks
-    from reconciler.reconcile.audit import Operator
 
     files, output = FilesOptions.of(args), OutputOptions(no_color=args.no_color)
     verdict = VerdictOptions.of(args)

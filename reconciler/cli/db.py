@@ -23,11 +23,12 @@ from reconciler.db.operator_queries import PauseRow
 from reconciler.db.rows import Row
 from reconciler.db.store import Store
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
+from reconciler.operate.audit import Operator
+from reconciler.operate.runs import cancel, run_state, trigger
 from reconciler.output import text as render
 from reconciler.output import views
 from reconciler.output.explain import notified_line
 from reconciler.output.masking import mask_text
-from reconciler.reconcile.audit import Operator, record
 from reconciler.runs import FINAL
 
 
@@ -115,33 +116,25 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     operator = Operator.resolve(args.actor, args.reason)
 
     async def work(store: Store) -> int:
-        async with store.transaction() as conn:
-            found = await command_queries.task_get(conn, id=args.id)
-            if not found:
-                raise UserError(f"unknown task {args.id!r}; see `reconciler status` for the ids")
-            [row] = await command_queries.run_queue_manual(conn, task_id=args.id, now=None)
-            await record(conn, operator, "trigger", found[0]["source"], [args.id], {"run_id": row["id"]})
-            await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [args.id]}))
-            pause = (await operator_queries.pauses_readable(conn, ids=[args.id])).get(args.id)
-            [clock] = await command_queries.clock_now(conn, now=None)
-        run_id = row["id"]
+        done = await trigger(store, args.id, operator)
         print(
-            f"queued manual run {run_id} of {render.safe(args.id)}; the schedule is unchanged; "
-            f"it waits for a free slot (`reconciler cancel {run_id}` while queued)",
+            f"queued manual run {done.run_id} of {render.safe(args.id)}; the schedule is unchanged; "
+            f"it waits for a free slot (`reconciler cancel {done.run_id}` while queued)",
             flush=True,
         )
-        if pause is not None:  # an explicit operator action: a pause holds the schedule, not manual runs
+        if done.pause is not None:  # an explicit operator action: a pause holds the schedule, not manual runs
             print(
                 render.safe(
-                    f"note: {args.id} is paused ({pause['paused_by']}: {pause['reason']}); a manual run runs anyway"
+                    f"note: {args.id} is paused ({done.pause['paused_by']}: {done.pause['reason']}); "
+                    "a manual run runs anyway"
                 )
             )
-        holding = views.blackout_holding(found[0], clock["now"])
+        holding = views.blackout_holding(done.task, done.now)
         if holding is not None:  # a blackout holds the schedule, not manual runs
             print(render.safe(f"note: blackout {holding} holds now; a manual run runs anyway"))
         if not args.wait:
             return EXIT_OK
-        return await follow_run(store, run_id)
+        return await follow_run(store, done.run_id)
 
     return with_store(DatabaseOptions.of(args), work)
 
@@ -151,11 +144,7 @@ async def follow_run(store: Store, run_id: int) -> int:
     shown = "queued"
     hint_at = time.monotonic() + QUEUED_HINT_SECONDS
     while True:
-        async with store.connection() as conn:
-            found = await command_queries.run_get(conn, run_id=run_id)
-        if not found:
-            raise UserError(f"run {run_id} is gone from the history (pruned or its task deleted)")
-        run = found[0]
+        run = await run_state(store, run_id)
         if run["status"] != shown and run["status"] not in FINAL:
             shown = run["status"]
             print(f"run {run_id}: {shown} on engine {render.safe(run['engine_id'] or '-')}", flush=True)
@@ -184,25 +173,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     operator = Operator.resolve(args.actor, args.reason)
 
     async def work(store: Store) -> int:
-        async with store.transaction() as conn:
-            reason = f"cancelled by {operator.actor} with `reconciler cancel` before it started"
-            reason += f": {operator.reason}" if operator.reason else ""
-            done = await command_queries.run_cancel(conn, run_id=args.run_id, now=None, error=reason)
-            if done:
-                task_id = done[0]["task_id"]
-                task = await command_queries.task_get(conn, id=task_id)  # a deleted task's run has no source
-                source = task[0]["source"] if task else None
-                await record(conn, operator, "cancel", source, [task_id], {"run_id": args.run_id})
-                print(f"cancelled manual run {args.run_id} of {render.safe(done[0]['task_id'])} (recorded skipped)")
-                return EXIT_OK
-            found = await command_queries.run_get(conn, run_id=args.run_id)
-        if not found:
-            raise UserError(f"no run {args.run_id}; `reconciler runs` lists them")
-        status = found[0]["status"]
-        raise UserError(
-            f"run {args.run_id} is {status}, not queued: only a queued manual run can be cancelled"
-            + ("; a running one ends by its timeout_seconds" if status == "running" else "")
-        )
+        done = await cancel(store, args.run_id, operator)
+        print(f"cancelled manual run {done.run_id} of {render.safe(done.task_id)} (recorded skipped)")
+        return EXIT_OK
 
     return with_store(DatabaseOptions.of(args), work)
 

@@ -19,9 +19,9 @@ from reconciler.db import command_queries, operator_queries
 from reconciler.db.operator_queries import AuditRow
 from reconciler.db.store import Store
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
+from reconciler.operate.audit import Operator
+from reconciler.operate.pauses import Outcome, Selection, pause_tasks, resume_tasks
 from reconciler.output import text as render
-from reconciler.reconcile.audit import Operator
-from reconciler.reconcile.pauses import Outcome, Selection, pause_tasks, resume_tasks
 
 
 def selection_of(args: argparse.Namespace) -> Selection:

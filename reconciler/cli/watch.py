@@ -36,9 +36,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 async def apply_files(store: Store, options: WatchOptions) -> None:
     """One apply of the declared files for watch/up: errors are reported and nothing is applied."""
+    from reconciler.operate.audit import Operator
     from reconciler.output import planview
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
-    from reconciler.reconcile.audit import Operator
 
     stamp = utcnow().strftime("%H:%M:%S")
     files = options.files

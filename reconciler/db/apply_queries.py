@@ -13,10 +13,6 @@ from reconciler.db.rows import Conn
 from reconciler.db.store import Store
 
 
-class ClockRow(TypedDict):
-    now: datetime
-
-
 class LiveRow(TypedDict):
     revision: str | None
     applied_at: datetime
@@ -41,11 +37,6 @@ class StoredNotifierRow(TypedDict):
 async def applies_live(conn: Conn, *, source: str) -> list[LiveRow]:
     """The live revision of `source` (its newest apply's); none before its first apply."""
     return cast(list[LiveRow], await Store.fetch(conn, "applies_live", {"source": source}))
-
-
-async def apply_clock(conn: Conn) -> list[ClockRow]:
-    """The database's clock now (clock_timestamp(), not the transaction's start)."""
-    return cast(list[ClockRow], await Store.fetch(conn, "apply_clock"))
 
 
 async def tasks_seal(conn: Conn, *, digests: Mapping[str, str]) -> int:

@@ -5,7 +5,7 @@ explain): one function per named statement of queries.sql, each row a TypedDict 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict, cast, overload
 
 from reconciler.db.rows import Conn
@@ -161,6 +161,13 @@ class CancelledRow(TypedDict):
 
 class ReadableRow(TypedDict):
     readable: bool
+
+
+async def database_now(conn: Conn) -> datetime:
+    """The database's clock now (clock_timestamp(), not the transaction's start), in UTC: "from now" for apply,
+    pause and resume, read after the row locks they take."""
+    now: datetime = (await Store.fetch(conn, "apply_clock"))[0]["now"]
+    return now.astimezone(UTC)
 
 
 async def clock_now(conn: Conn, *, now: datetime | None) -> list[ClockRow]:

@@ -8,9 +8,9 @@ from typing import Any
 
 from reconciler.clock import utc_text, when_text
 from reconciler.db.backfill_queries import BackfillRow, UnsuccessfulRow
+from reconciler.operate.backfill import Listing
 from reconciler.output.masking import mask_text
 from reconciler.output.text import excluded_lines, safe, table
-from reconciler.reconcile.backfill import Listing
 from reconciler.schedule.describe import describe_trigger, fire_line
 
 BAR_WIDTH = 30

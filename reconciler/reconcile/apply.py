@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from reconciler.db import apply_queries, operator_queries
+from reconciler.db.command_queries import database_now
 from reconciler.db.rows import Conn, TaskRow
 from reconciler.db.store import Store
 from reconciler.db.task_writes import TaskValues, TaskWrites
@@ -24,8 +25,8 @@ from reconciler.files.limits import Limits
 from reconciler.files.notifiers import Notifiers
 from reconciler.files.tasks import LoadResult, Stored, Task, read_files
 from reconciler.notify.events import stateful
+from reconciler.operate.audit import Operator, record, whoami
 from reconciler.reconcile import revision
-from reconciler.reconcile.audit import Operator, record, whoami
 from reconciler.reconcile.calendars import calendar_rows, write_calendars
 from reconciler.reconcile.limit_rates import rate_warnings
 from reconciler.reconcile.limits import limit_rows, write_limits
@@ -197,11 +198,6 @@ async def seal_unchanged(conn: Conn, changes: list[Change]) -> None:
 class ApplyResult:
     plan: Plan
     written: int
-
-
-async def database_now(conn: Conn) -> datetime:
-    now: datetime = (await apply_queries.apply_clock(conn))[0]["now"]
-    return now.astimezone(UTC)
 
 
 async def lock_retimed(conn: Conn, writes: list[Change]) -> None:

@@ -17,9 +17,9 @@ from reconciler.engine.loop import Engine
 from reconciler.files.notifiers import load_notifiers
 from reconciler.files.tasks import load_dir
 from reconciler.notify.events import late_scan
+from reconciler.operate.audit import Operator, whoami
+from reconciler.operate.pauses import Selection, resume_tasks
 from reconciler.reconcile.apply import apply_tasks
-from reconciler.reconcile.audit import Operator, whoami
-from reconciler.reconcile.pauses import Selection, resume_tasks
 from reconciler.targets.http import Firer
 from tests.builders import cli, cron, write_tasks
 from tests.httpserver import Recorder

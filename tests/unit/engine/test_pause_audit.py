@@ -10,9 +10,9 @@ import pytest
 
 from reconciler.engine.claim_plan import Pause, decide_paused
 from reconciler.errors import UserError
+from reconciler.operate.audit import MAX_TEXT, Operator, checked, one_source, whoami
 from reconciler.output.planview import plan_dict, plan_markdown, plan_text
 from reconciler.output.text import audit_line, pause_line
-from reconciler.reconcile.audit import MAX_TEXT, Operator, checked, one_source, whoami
 from reconciler.reconcile.plan import make_plan
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)

@@ -18,13 +18,13 @@ from datetime import datetime
 
 from reconciler.clock import utc_iso
 from reconciler.db import operator_queries, queries
+from reconciler.db.command_queries import database_now
 from reconciler.db.operator_queries import OperatorTaskRow
 from reconciler.db.rows import Conn
 from reconciler.db.statements import execute
 from reconciler.db.store import Store
 from reconciler.errors import UserError, one_line
-from reconciler.reconcile.apply import database_now
-from reconciler.reconcile.audit import Operator, one_source, record
+from reconciler.operate.audit import Operator, one_source, record
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.spec.task import TaskSpec
 

@@ -23,7 +23,7 @@ from reconciler.db.backfill_queries import BackfillTaskRow, OccurrenceRunRow
 from reconciler.db.rows import Conn
 from reconciler.db.store import Store
 from reconciler.errors import UserError, one_line
-from reconciler.reconcile.audit import Operator, record
+from reconciler.operate.audit import Operator, record
 from reconciler.runs import PENDING, UNSUCCESSFUL
 from reconciler.schedule.base import Fire, Schedule
 from reconciler.schedule.catchup import TICK
