@@ -136,7 +136,7 @@ async def apply_dir(dsn: str, root: Path) -> None:
     limits = load_limits(root.parent / "limits.d")
     assert not limits.errors, limits.errors
     async with Store(dsn) as store:
-        await apply_tasks(store, loaded.tasks, "default", datetime.now(UTC), limits=limits)
+        await apply_tasks(store, loaded.tasks, "default", datetime.now(UTC), declared=[limits])
 
 
 def peak_rss_mib(pid: int) -> float:

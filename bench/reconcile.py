@@ -28,7 +28,7 @@ from reconciler.cli.parser import tune_gc
 from reconciler.db.embedded import embedded_dsn
 from reconciler.db.store import Store
 from reconciler.files.tasks import load_dir
-from reconciler.output.planview import plan_text
+from reconciler.output.plan_text import plan_text
 from reconciler.reconcile.apply import apply_tasks, load_files, read_plan
 
 SIZES = (100, 1_000, 10_000)

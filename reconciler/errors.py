@@ -55,5 +55,6 @@ class DatabaseRefused(Exception):
         self.sqlstate = sqlstate
 
 
-class SchemaMissing(DatabaseRefused, UserError):
-    """The database has no reconciler schema yet (`reconciler db init`, or any apply, creates it)."""
+class SchemaMissing(DatabaseRefused):
+    """A table of the reconciler's schema is not there: not created yet (`reconciler db init`, or any apply,
+    creates it), or dropped or renamed under a running process, which then fails as on any other bug."""

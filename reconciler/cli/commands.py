@@ -2,7 +2,7 @@
 
 Each takes parsed arguments, turns them into typed options at its top, and returns an exit code;
 cli.py only wires them up. `validate` and `next` need no database, so the modules that bring
-psycopg (store, apply, planview through plan) are imported inside the functions that use them:
+psycopg (store, apply, the plan's renderings) are imported inside the functions that use them:
 those two commands start without it.
 """
 
@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reconciler.cli.console import err
-from reconciler.cli.declared import declared_dirs, load_or_report
+from reconciler.cli.declared import load_or_report
 from reconciler.cli.options import DatabaseOptions, FilesOptions, OutputOptions, VerdictOptions, parse_instant
 from reconciler.cli.runtime import with_files
 from reconciler.clock import utcnow
 from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UserError
+from reconciler.files.declared import Declared
 from reconciler.files.environment import policy_errors, unset_errors
-from reconciler.files.tasks import LoadResult, Task, fire_warnings
+from reconciler.files.tasks import Task, fire_warnings
 from reconciler.output import text as render
 from reconciler.reconcile.revision import Revision, detect, dirty_verdict, under_ci, working_tree
 from reconciler.schedule.excluded import excluded_between
@@ -46,9 +47,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     warnings = fire_warnings(result.tasks, utcnow())
     for warning in warnings:
         err(str(warning))
-    notifiers = list(result.notifiers.by_name.values()) if result.notifiers is not None else []
-    problems = policy_errors(result.tasks, EnvPolicy(globs(args.allow_env)), notifiers) if args.env_policy else []
-    missing = unset_errors(result.tasks, os.environ, notifiers) if args.check_env else []
+    items = result.items()
+    problems = policy_errors(items, EnvPolicy(globs(args.allow_env))) if args.env_policy else []
+    missing = unset_errors(items, os.environ) if args.check_env else []
     for problem in sorted(problems + missing, key=lambda e: (e.path, e.line)):
         err(str(problem))
     if problems:
@@ -59,9 +60,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     noted = f" ({len(warnings)} warning(s) on stderr)" if warnings else ""
     read = f"{len(result.tasks)} task file(s) in {files.tasks_dir}"
-    for what, kind in (("notifier", result.notifiers), ("calendar", result.calendars), ("limit", result.limits)):
-        if kind is not None and kind.present:
-            read += f" and {len(kind.by_name)} {what} file(s) in {kind.root}"
+    for named in result.named.values():
+        if named.present:
+            read += f" and {len(named.by_name)} {named.kind.name} file(s) in {named.root}"
     print(f"{read} are valid{noted}")
     return EXIT_OK
 
@@ -94,13 +95,15 @@ def shown_next(task: Task, after: datetime, count: int) -> render.NextRow:
 
 def show_plan(plan: Plan, output: OutputOptions) -> str:
     """The plan in --format; text is coloured on a terminal unless --no-color or NO_COLOR says not to."""
-    from reconciler.output import planview
+    from reconciler.output.plan_json import plan_json
+    from reconciler.output.plan_markdown import plan_markdown
+    from reconciler.output.plan_text import plan_text
 
     if output.format == "json":
-        return planview.plan_json(plan)
+        return plan_json(plan)
     if output.format == "markdown":
-        return planview.plan_markdown(plan)
-    return planview.plan_text(plan, colour=render.colour_wanted(sys.stdout, output.no_color))
+        return plan_markdown(plan)
+    return plan_text(plan, colour=render.colour_wanted(sys.stdout, output.no_color))
 
 
 def verdict_options(
@@ -118,7 +121,7 @@ def verdict_options(
     from reconciler.reconcile.apply import ApplyOptions
 
     checkout = Path(files.tasks_dir)
-    tree = working_tree(checkout, declared_dirs(files))
+    tree = working_tree(checkout, files.dirs.listed())
     refusal, warning = dirty_verdict(tree, under_ci(os.environ), verdict.allow_dirty, revision)
     if warning:
         err(f"warning: {warning}")
@@ -136,21 +139,20 @@ def verdict_options(
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from reconciler.output import planview
+    from reconciler.output.plan_json import plan_json
     from reconciler.reconcile.apply import read_plan
 
     files, output = FilesOptions.of(args), OutputOptions.of(args)
     options = verdict_options(VerdictOptions.of(args), files)
 
-    async def work(store: Store, loaded: LoadResult) -> Plan:
-        declared = (loaded.notifiers, loaded.calendars, loaded.limits)
-        return await read_plan(store, loaded.tasks, files.source, utcnow(), options, *declared)
+    async def work(store: Store, loaded: Declared) -> Plan:
+        return await read_plan(store, loaded.tasks, files.source, utcnow(), options, list(loaded.named.values()))
 
     plan = with_files(files, DatabaseOptions.of(args), work)
     if plan is None:
         return EXIT_ERROR
     if args.out and not plan.refused:
-        Path(args.out).write_text(planview.plan_json(plan) + "\n")
+        Path(args.out).write_text(plan_json(plan) + "\n")
         print(f"saved plan to {args.out}; apply it with: reconciler apply {args.out}")
     print(show_plan(plan, output))
     if plan.refused:
@@ -184,7 +186,7 @@ def read_saved_plan(path: str, source: str) -> dict[str, Any]:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from reconciler.operate.audit import Operator
-    from reconciler.output import planview
+    from reconciler.output.plan_text import plan_text
     from reconciler.reconcile.apply import apply_tasks
 
     files, output = FilesOptions.of(args), OutputOptions(no_color=args.no_color)
@@ -192,12 +194,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     operator = Operator.resolve(args.actor, args.reason)
     saved = read_saved_plan(args.planfile, files.source) if args.planfile else None
 
-    async def work(store: Store, loaded: LoadResult) -> int:
+    async def work(store: Store, loaded: Declared) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
         options = replace(verdict_options(verdict, files, saved, apply=True, revision=args.revision), operator=operator)
-        declared = (loaded.notifiers, loaded.calendars, loaded.limits)
-        result = await apply_tasks(store, loaded.tasks, files.source, None, options, *declared)
-        print(planview.plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
+        result = await apply_tasks(store, loaded.tasks, files.source, None, options, list(loaded.named.values()))
+        print(plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK
 

@@ -193,7 +193,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         stop = stop_on_signals(engine, err if people else None)
         engine.observers.append(RunPrinter())
         files = watching.files
-        watched = f"{files.tasks_dir}, {files.notifiers_dir}, {files.calendars_dir} and {files.limits_dir}"
+        dirs = [files.tasks_dir, *(str(path) for path in files.dirs.listed() if str(path) != files.tasks_dir)]
+        watched = f"{', '.join(dirs[:-1])} and {dirs[-1]}"
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
 
         def show_url(url: str) -> None:

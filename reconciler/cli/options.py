@@ -13,6 +13,7 @@ from argparse import Namespace
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from reconciler.files.locations import DIRECTORY_OPTIONS, TASKS_KIND, Directories, beside, dest
 from reconciler.spec.values import parse_instant as parse_instant
 
 if TYPE_CHECKING:
@@ -21,30 +22,26 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FilesOptions:
-    """The declared files a command reads (tasks.d, notifiers.d, calendars.d, limits.d) and the source they belong
-    to."""
+    """The declared files a command reads (a directory per kind) and the source they belong to."""
 
-    tasks_dir: str
-    notifiers_dir: str
-    notifiers_required: bool = False  # named on the command line: it must be there; the default one is optional
+    dirs: Directories
     source: str = "default"
-    calendars_dir: str = "calendars.d"
-    calendars_required: bool = False
-    limits_dir: str = "limits.d"
-    limits_required: bool = False
+
+    @property
+    def tasks_dir(self) -> str:
+        return self.dirs.tasks_dir
 
     @classmethod
     def of(cls, args: Namespace) -> FilesOptions:
-        return cls(
-            args.tasks_dir,
-            args.notifiers_dir,
-            args.notifiers_required,
-            args.source,
-            args.calendars_dir,
-            args.calendars_required,
-            args.limits_dir,
-            args.limits_required,
-        )
+        paths = {kind: getattr(args, dest(option)) for kind, _, option in DIRECTORY_OPTIONS}
+        return cls(Directories(paths, frozenset(args.required_dirs)), args.source)
+
+    @classmethod
+    def beside(cls, tasks_dir: str, source: str = "default") -> FilesOptions:
+        """Every other kind's directory where the command line puts it by default: beside `tasks_dir`."""
+        paths = {kind: beside(tasks_dir, name) for kind, name, _ in DIRECTORY_OPTIONS}
+        paths[TASKS_KIND] = tasks_dir
+        return cls(Directories(paths), source)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any, NoReturn, TypeVar
 from reconciler import __version__
 from reconciler.db.embedded import find_tasks_dir
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, as_bytes, is_utf8
+from reconciler.files.locations import DIRECTORY_OPTIONS, TASKS_KIND, beside, dest
 from reconciler.logs import error_line, flush_logs
 from reconciler.runs import STATUSES
 from reconciler.spec.hosts import HOST_PORT, host_problem
@@ -40,22 +41,10 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     def default(value: object) -> object:
         return argparse.SUPPRESS if suppress else value
 
-    parser.add_argument("--tasks-dir", default=default("tasks.d"), help="task files directory (default tasks.d)")
-    parser.add_argument(
-        "--notifiers-dir",
-        default=default(None),
-        help="notifier files directory (default notifiers.d beside the tasks directory)",
-    )
-    parser.add_argument(
-        "--calendars-dir",
-        default=default(None),
-        help="calendar files directory (default calendars.d beside the tasks directory)",
-    )
-    parser.add_argument(
-        "--limits-dir",
-        default=default(None),
-        help="limit files directory (default limits.d beside the tasks directory)",
-    )
+    for kind, directory, option in DIRECTORY_OPTIONS:
+        where = "" if kind == TASKS_KIND else " beside the tasks directory"
+        given = directory if kind == TASKS_KIND else None  # the others: beside --tasks-dir (see parse)
+        parser.add_argument(option, default=default(given), help=f"{kind} files directory (default {directory}{where})")
     parser.add_argument(
         "--dsn", default=default(None), help="PostgreSQL DSN (else RECONCILER_DSN, DATABASE_URL, embedded)"
     )
@@ -365,8 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema = add("schema", "cli.schema:cmd_schema", "print the JSON Schema of task files (for editors and CI)")
     schema.add_argument(
         "--kind",
-        choices=["task", "notifier", "calendar", "limit"],
-        default="task",
+        choices=[kind for kind, _, _ in DIRECTORY_OPTIONS],
+        default=TASKS_KIND,
         help="the kind of file (default task)",
     )
     completion = add("completion", "cli.completion:cmd_completion", "print a shell completion script")
@@ -395,11 +384,6 @@ def scope_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     args.source = given[-1] if given else "default"
 
 
-def beside(folder: str, name: str) -> str:
-    """The path of `name` next to `folder` as written (`--tasks-dir .` has `../name` beside it, not `name`)."""
-    return os.path.normpath(os.path.join(folder, os.pardir, name))
-
-
 def resolve(handler: str) -> Handler:
     """The function a command's "module:function" names, below `reconciler`.
 
@@ -413,10 +397,7 @@ def resolve(handler: str) -> Handler:
 
 # The options that name a path: {as shown: attribute}.
 PATH_OPTIONS = {
-    "--tasks-dir": "tasks_dir",
-    "--notifiers-dir": "notifiers_dir",
-    "--calendars-dir": "calendars_dir",
-    "--limits-dir": "limits_dir",
+    **{option: dest(option) for _, _, option in DIRECTORY_OPTIONS},
     "--out": "out",
     "--out-dir": "out_dir",
     "PLANFILE": "planfile",
@@ -433,12 +414,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if path is not None and not is_utf8(path):  # every path shown, compared and stored below it is text
             parser.error(f"{option} {as_bytes(path)}: the path is not UTF-8 text; rename it")
     args.tasks_dir = find_tasks_dir(args.tasks_dir)  # from inside tasks.d/billing/ too
-    args.notifiers_required = bool(args.notifiers_dir)  # named: it must be there; the default one is optional
-    args.notifiers_dir = args.notifiers_dir or beside(args.tasks_dir, "notifiers.d")
-    args.calendars_required = bool(args.calendars_dir)
-    args.calendars_dir = args.calendars_dir or beside(args.tasks_dir, "calendars.d")
-    args.limits_required = bool(args.limits_dir)
-    args.limits_dir = args.limits_dir or beside(args.tasks_dir, "limits.d")
+    args.required_dirs = []  # the kinds whose directory was named: it must be there; a default one is optional
+    for kind, directory, option in DIRECTORY_OPTIONS:
+        if kind != TASKS_KIND:
+            args.required_dirs += [kind] if getattr(args, dest(option)) else []
+            setattr(args, dest(option), getattr(args, dest(option)) or beside(args.tasks_dir, directory))
     return args
 
 

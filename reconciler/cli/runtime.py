@@ -18,7 +18,7 @@ from reconciler.cli.declared import load_or_report
 from reconciler.cli.options import DatabaseOptions, FilesOptions
 from reconciler.db.embedded import resolve_dsn
 from reconciler.errors import DatabaseUnavailable
-from reconciler.files.tasks import LoadResult
+from reconciler.files.declared import Declared
 
 if TYPE_CHECKING:
     from reconciler.db.store import Store
@@ -52,7 +52,7 @@ def with_store(
 
 
 def with_files(
-    files: FilesOptions, database: DatabaseOptions, work: Callable[[Store, LoadResult], Awaitable[T]]
+    files: FilesOptions, database: DatabaseOptions, work: Callable[[Store, Declared], Awaitable[T]]
 ) -> T | None:
     """`work` on the store and the task files, for plan and apply. The database is read first: the
     files unchanged since they were applied are not parsed again. Errors in the files are reported

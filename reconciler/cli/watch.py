@@ -1,4 +1,4 @@
-"""`watch` (and `up`'s watcher): apply the task and notifier files now, then after every (debounced) change to them."""
+"""`watch` (and `up`'s watcher): apply the declared files now, then after every (debounced) change to them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.cli.console import err
-from reconciler.cli.declared import declared_dirs, need_tasks_dir, notifier_files, with_calendars, with_limits
+from reconciler.cli.declared import need_tasks_dir
 from reconciler.cli.options import DatabaseOptions, FilesOptions, WatchOptions
 from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
@@ -36,19 +36,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 async def apply_files(store: Store, options: WatchOptions) -> None:
     """One apply of the declared files for watch/up: errors are reported and nothing is applied."""
+    from reconciler.files.declared import load_declared
     from reconciler.operate.audit import Operator
-    from reconciler.output import planview
+    from reconciler.output.plan_lines import summary_line
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
 
     stamp = utcnow().strftime("%H:%M:%S")
     files = options.files
     try:
         # Loading reads the database too (unchanged files are not parsed): a lost connection is reported alike.
-        loaded = await load_files(store, Path(files.tasks_dir), files.tasks_dir)
-        loaded.notifiers = notifier_files(files)
-        loaded.errors += loaded.notifiers.errors
-        with_calendars(loaded, files)
-        with_limits(loaded, files)
+        loaded = load_declared(files.dirs, await load_files(store, Path(files.tasks_dir), files.tasks_dir))
         if loaded.errors:
             for error in loaded.errors:
                 err(str(error))
@@ -56,19 +53,18 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
             return
         # No revision check, and uncommitted changes neither warn nor refuse: the working tree is what `watch`
         # and `up` are for (docs/gitops.md, "Revisions"). They are recorded as such (`<sha>-dirty`).
-        dirty = bool(working_tree(Path(files.tasks_dir), declared_dirs(files)).changed)
+        dirty = bool(working_tree(Path(files.tasks_dir), files.dirs.listed()).changed)
         revision = detect(Path(files.tasks_dir), None, dirty=dirty)
         verdict = ApplyOptions(prune=options.prune, revision=revision, operator=Operator.resolve(options.actor, None))
-        declared = (loaded.notifiers, loaded.calendars, loaded.limits)
-        result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, *declared)
+        result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, list(loaded.named.values()))
     except UserError as exc:
         err(f"[{stamp}] apply refused: {exc}; still watching")
         return
-    print(f"[{stamp}] {planview.summary_line(result.plan)}", flush=True)
+    print(f"[{stamp}] {summary_line(result.plan)}", flush=True)
 
 
 def _present(files: FilesOptions) -> frozenset[Path]:
-    return frozenset(path for path in declared_dirs(files) if path.is_dir())
+    return frozenset(path for path in files.dirs.listed() if path.is_dir())
 
 
 def _watchers(options: WatchOptions, stop: asyncio.Event) -> tuple[list[Changes], frozenset[Path]]:
@@ -78,7 +74,7 @@ def _watchers(options: WatchOptions, stop: asyncio.Event) -> tuple[list[Changes]
     from watchfiles import awatch
 
     common: dict[str, Any] = {"debounce": options.debounce_ms, "step": 50, "stop_event": stop}
-    dirs = declared_dirs(options.files)
+    dirs = options.files.dirs.listed()
     present = _present(options.files)
     watchers = [awatch(*[str(path) for path in dirs if path in present], recursive=True, **common)]
     for missing in (path for path in dirs if path not in present):
@@ -93,7 +89,7 @@ def _watchers(options: WatchOptions, stop: asyncio.Event) -> tuple[list[Changes]
 
 
 async def watch_files(store: Store, options: WatchOptions, stop: asyncio.Event | None = None) -> None:
-    """Apply now, then after every (debounced) change below --tasks-dir or --notifiers-dir until `stop` is set."""
+    """Apply now, then after every (debounced) change below a declared directory until `stop` is set."""
     stop = stop or asyncio.Event()
     while True:
         # The watchers of this round end when `ended` is set (never by cancelling one: a cancelled

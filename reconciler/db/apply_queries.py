@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 from psycopg.types.json import Jsonb
 
@@ -25,13 +25,6 @@ class UnchangedRow(TypedDict):
     enabled: bool
     timezone: str
     moved_from: str | None
-
-
-class StoredNotifierRow(TypedDict):
-    source: str
-    name: str
-    spec: Any  # the stored spec (JSON)
-    spec_hash: str
 
 
 async def applies_live(conn: Conn, *, source: str) -> list[LiveRow]:
@@ -89,73 +82,6 @@ async def applies_insert(
     )
     applied: int = rows[0]["id"]
     return applied
-
-
-class StoredCalendarRow(TypedDict):
-    source: str
-    name: str
-    spec: dict[str, Any]
-    spec_hash: str
-
-
-async def calendars_all(conn: Conn) -> list[StoredCalendarRow]:
-    """Every stored calendar, as rows for CalendarRow.from_row."""
-    return cast(list[StoredCalendarRow], await Store.fetch(conn, "calendars_all"))
-
-
-async def calendar_upsert(
-    conn: Conn, *, source: str, name: str, spec: str, spec_hash: str, holidays_version: str | None
-) -> int:
-    params = {"source": source, "name": name, "spec": spec, "spec_hash": spec_hash}
-    return await Store.execute(conn, "calendar_upsert", {**params, "holidays_version": holidays_version})
-
-
-async def calendar_delete(conn: Conn, *, source: str, name: str) -> int:
-    return await Store.execute(conn, "calendar_delete", {"source": source, "name": name})
-
-
-StoredLimitRow = StoredCalendarRow  # the same columns: source, name, spec, spec_hash
-
-
-async def limits_all(conn: Conn) -> list[StoredLimitRow]:
-    """Every stored limit, as rows for LimitRow.from_row."""
-    return cast(list[StoredLimitRow], await Store.fetch(conn, "limits_all"))
-
-
-async def limit_upsert(
-    conn: Conn,
-    *,
-    source: str,
-    name: str,
-    spec: str,
-    spec_hash: str,
-    max_in_flight: int | None,
-    rate_per_second: float | None,
-    burst: int | None,
-) -> int:
-    """Create or change a limit (its bucket: see the statement)."""
-    numbers = {"max_in_flight": max_in_flight, "rate_per_second": rate_per_second, "burst": burst}
-    return await Store.execute(
-        conn, "limit_upsert", {"source": source, "name": name, "spec": spec, "spec_hash": spec_hash, **numbers}
-    )
-
-
-async def limit_delete(conn: Conn, *, source: str, name: str) -> int:
-    return await Store.execute(conn, "limit_delete", {"source": source, "name": name})
-
-
-async def notifiers_all(conn: Conn) -> list[StoredNotifierRow]:
-    """Every stored notifier, as rows for NotifierRow.from_row."""
-    return cast(list[StoredNotifierRow], await Store.fetch(conn, "notifiers_all"))
-
-
-async def notifier_upsert(conn: Conn, *, source: str, name: str, spec: str, spec_hash: str) -> int:
-    params = {"source": source, "name": name, "spec": spec, "spec_hash": spec_hash}
-    return await Store.execute(conn, "notifier_upsert", params)
-
-
-async def notifier_delete(conn: Conn, *, source: str, name: str) -> int:
-    return await Store.execute(conn, "notifier_delete", {"source": source, "name": name})
 
 
 async def notifications_end_deleted(conn: Conn, *, source: str, name: str) -> int:

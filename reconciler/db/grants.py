@@ -28,6 +28,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "notifiers": ("SELECT",),
         "calendars": ("SELECT",),
         "limits": ("SELECT",),
+        "declared": ("SELECT",),
         "notifications": ("SELECT",),
         "pauses": ("SELECT",),
         "audit": ("SELECT",),
@@ -44,6 +45,7 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "notifiers": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "calendars": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         "limits": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        "declared": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         # a deleted notifier's pending events end in the apply that deletes it
         "notifications": ("SELECT", "UPDATE(status, next_attempt_at, error)"),
         # a task deleted, or its failure/recovery/lost subscribers changed, starts its failing state afresh

@@ -139,46 +139,11 @@ SELECT id, source, spec::text AS spec_text, spec_hash, enabled, timezone, next_r
        CASE WHEN {{names_calendars(t)}} THEN to_jsonb(t) -> 'calendars' END AS calendars
   FROM scheduler.tasks t ORDER BY id;
 
--- name: calendars_all
-SELECT source, name, spec, spec_hash FROM scheduler.calendars ORDER BY source, name;
-
--- name: calendar_upsert
-INSERT INTO scheduler.calendars (source, name, spec, spec_hash, holidays_version)
-VALUES (%(source)s, %(name)s, %(spec)s::jsonb, %(spec_hash)s, %(holidays_version)s)
-ON CONFLICT (source, name) DO UPDATE
-   SET spec = EXCLUDED.spec, spec_hash = EXCLUDED.spec_hash, holidays_version = EXCLUDED.holidays_version,
-       updated_at = now();
-
--- name: calendar_delete
-DELETE FROM scheduler.calendars WHERE source = %(source)s AND name = %(name)s;
-
--- name: limits_all
-SELECT source, name, spec, spec_hash FROM scheduler.limits ORDER BY source, name;
-
--- name: limit_upsert
--- A new limit starts with a full bucket; a changed one keeps its tokens (at most the new bucket), so an apply
--- never hands out a burst the limit would not have allowed.
-INSERT INTO scheduler.limits (source, name, spec, spec_hash, max_in_flight, rate_per_second, burst, tokens, refilled_at)
-VALUES (%(source)s, %(name)s, %(spec)s::jsonb, %(spec_hash)s, %(max_in_flight)s::integer, %(rate_per_second)s::float8,
-        %(burst)s::float8, COALESCE(%(burst)s::float8, 0), now())
-ON CONFLICT (source, name) DO UPDATE
-   SET spec = EXCLUDED.spec, spec_hash = EXCLUDED.spec_hash, max_in_flight = EXCLUDED.max_in_flight,
-       rate_per_second = EXCLUDED.rate_per_second, burst = EXCLUDED.burst,
-       tokens = LEAST(scheduler.limits.tokens, COALESCE(EXCLUDED.burst, 0)), updated_at = now();
-
--- name: limit_delete
-DELETE FROM scheduler.limits WHERE source = %(source)s AND name = %(name)s;
-
--- name: notifiers_all
-SELECT source, name, spec, spec_hash FROM scheduler.notifiers ORDER BY source, name;
-
--- name: notifier_upsert
-INSERT INTO scheduler.notifiers (source, name, spec, spec_hash)
-VALUES (%(source)s, %(name)s, %(spec)s::jsonb, %(spec_hash)s)
-ON CONFLICT (source, name) DO UPDATE SET spec = EXCLUDED.spec, spec_hash = EXCLUDED.spec_hash, updated_at = now();
-
--- name: notifier_delete
-DELETE FROM scheduler.notifiers WHERE source = %(source)s AND name = %(name)s;
+-- name: limit_bucket_capped
+-- After apply wrote a limit (files/limits.py: a new one starts with a full bucket): a changed one keeps its tokens,
+-- at most its new bucket, so an apply never hands out a burst the limit would not have allowed.
+UPDATE scheduler.limits SET tokens = LEAST(tokens, COALESCE(burst, 0))
+ WHERE source = %(source)s AND name = %(name)s AND tokens > COALESCE(burst, 0);
 
 -- name: notifications_end_deleted
 -- With notifier_delete: its pending events end now, not at their next attempt (Retry-After may be an

@@ -1,1 +1,1 @@
-"""Declared directories read into specs, or one-line errors naming file, key and fix."""
+"""DeclaredItem directories read into specs, or one-line errors naming file, key and fix."""

@@ -7,21 +7,29 @@ never the package, so they all agree; a change in the package's data is a change
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.clock import utcnow
-from reconciler.files.directory import Named, load_named
-from reconciler.files.kinds import Declared, ErrorAt, Kind
+from reconciler.files.directory import load_named
+from reconciler.files.kinds import DeclaredItem, ErrorAt, Named, NamedKind
 from reconciler.files.problems import FileError
+from reconciler.files.references import missing, users_of
 from reconciler.schedule.base import TriggerError
 from reconciler.schedule.blackout import Blackout
 from reconciler.spec.calendar import BlackoutCalendar, BusinessDaysCalendar, CalendarSpec, HolidaySource
+from reconciler.spec.task import calendars_named
+
+if TYPE_CHECKING:
+    from reconciler.files.tasks import Task
 
 YEARS_BEFORE, YEARS_AFTER = 1, 10  # the years resolved around the apply's year Y: Y−1 … Y+10
 KIND_MISSING = 'missing kind; write kind = "business_days" or kind = "blackout"'
+KINDS_OF = {"trigger.business_days": "business_days", "policy.blackouts": "blackout"}  # what each key names
+HOLIDAY_PATH = "resolved.holidays."  # a resolved holiday's field in a plan: `resolved.holidays.2026-12-25`
 
 
 def holidays_version() -> str:
@@ -43,7 +51,7 @@ def resolve_holidays(source: HolidaySource, first: int, last: int) -> dict[str, 
 
 
 @dataclass(frozen=True)
-class Calendar(Declared):
+class Calendar(DeclaredItem):
     """A valid calendar file, resolved for the years around `year`."""
 
     name: str
@@ -71,8 +79,9 @@ class Calendar(Declared):
         return spec
 
 
-class CalendarKind(Kind[Calendar]):
-    """Calendar files: named by their file, directly in calendars.d; business_days or blackout."""
+class CalendarKind(NamedKind[Calendar]):
+    """Calendar files: named by their file, directly in calendars.d; business_days or blackout. Apply keeps them in
+    scheduler.calendars, with the holidays it resolved, and binds each task to the calendars it names."""
 
     name = "calendar"
     directory = "calendars.d"
@@ -80,9 +89,64 @@ class CalendarKind(Kind[Calendar]):
     model = CalendarSpec
     empty = "empty calendar file; " + KIND_MISSING.removeprefix("missing kind; ")
     in_line_order = False
+    title = "reconciler calendar file"
+    description = (
+        "One TOML file in calendars.d/: business days (kind business_days) or blackout windows (kind blackout) "
+        "that tasks name. Checks keys, types and ranges; `reconciler validate` checks the rest (countries and "
+        "subdivisions of the holidays package, cron expressions, time zones, DST)."
+    )
+    table = "calendars"
+    derived = ("resolved",)  # the holidays apply resolves
 
     def __init__(self, year: int = 2026) -> None:
         self.year = year
+
+    def current(self) -> CalendarKind:
+        return CalendarKind(utcnow().year)
+
+    def columns(self, item: Calendar) -> dict[str, Any]:
+        return {"holidays_version": holidays_version() if item.spec.kind == "business_days" else None}
+
+    def summary(self, spec: Mapping[str, Any]) -> str:
+        """`business days: weekend sat, sun; 138 holidays of US-NY 2025–2036; 1 extra holiday` or `blackout: 2
+        window(s) in Europe/Berlin`."""
+        if spec.get("kind") == "blackout":
+            return f"blackout: {len(spec.get('window', []))} window(s) in {spec.get('timezone', 'UTC')}"
+        parts = [f"weekend {', '.join(spec.get('weekend', [])) or 'none'}"]
+        source, resolved = spec.get("holidays"), spec.get("resolved", {})
+        if isinstance(source, dict):
+            region = "-".join(str(source[key]) for key in ("country", "subdivision") if key in source)
+            first, last = resolved.get("years", ["?", "?"])
+            observed = "" if source.get("observed", True) else ", not observed"
+            parts.append(f"{len(resolved.get('holidays', {}))} holidays of {region} {first}–{last}{observed}")
+        parts += [
+            f"{len(spec[key])} {key.replace('_', ' ')}" for key in ("extra_holidays", "extra_workdays") if spec.get(key)
+        ]
+        return "business days: " + "; ".join(parts)
+
+    def field_line(self, path: str, old: Any, new: Any) -> str | None:
+        """A resolved holiday as `+ holiday DATE NAME`, `- holiday …` or `~ holiday DATE: OLD → NEW`."""
+        if not path.startswith(HOLIDAY_PATH):
+            return None
+        day = path.removeprefix(HOLIDAY_PATH)
+        if old is None:
+            return f"+ holiday {day} {new}"
+        if new is None:
+            return f"- holiday {day} {old}"
+        return f"~ holiday {day}: {old} → {new}"
+
+    def references(
+        self, tasks: Sequence[Task], loaded: Named[Calendar], stored: Mapping[str, Mapping[str, Any]] | None
+    ) -> list[FileError]:
+        """Every calendar a task names that calendars.d lacks (the error names every task using it: a calendar
+        deleted while tasks use it is refused so), or of the wrong kind. A task standing on its row names none
+        (see tasks_unchanged)."""
+        return calendar_errors(tasks, loaded)
+
+    def bind(self, tasks: list[Task], loaded: Named[Calendar]) -> list[Task]:
+        """Every task with the calendars it names bound (Task.bind): its schedule is then the engines'."""
+        stored = {name: calendar.normalized for name, calendar in loaded.by_name.items()}
+        return [task.bind(stored) for task in tasks]
 
     def item(self, item_id: str, display: str, source: str, spec: Any, digest: str | None) -> Calendar:
         return Calendar(item_id, display, spec, source, self.year)
@@ -113,12 +177,7 @@ class CalendarKind(Kind[Calendar]):
 CALENDARS = CalendarKind()
 
 
-class Calendars(Named[Calendar]):
-    """A calendars directory loaded: the valid calendars by name, and an error for everything else."""
-
-    def stored(self) -> dict[str, dict[str, Any]]:
-        """Every valid calendar as apply stores it, by name."""
-        return {name: calendar.normalized for name, calendar in self.by_name.items()}
+Calendars = Named[Calendar]
 
 
 def load_calendars(
@@ -126,5 +185,40 @@ def load_calendars(
 ) -> Calendars:
     """Every `NAME.toml` directly in `calendars_dir` (none when it does not exist, unless `required`),
     resolved around `year` (default: this year, UTC)."""
-    kind = CalendarKind(year if year is not None else utcnow().year)
-    return load_named(kind, Calendars, calendars_dir, display_root, required)
+    kind = CalendarKind(year) if year is not None else CALENDARS.current()
+    return load_named(kind, calendars_dir, display_root, required)
+
+
+def calendar_errors(tasks: Sequence[Task], calendars: Calendars) -> list[FileError]:
+    """Every calendar a task names that calendars.d lacks (the error names every task using it: a calendar
+    deleted while tasks use it is refused so), or of the wrong kind. A task standing on its row names none
+    (see tasks_unchanged)."""
+    named: list[tuple[Task, str, str]] = []
+    for task in tasks:
+        if task.stored is not None:
+            continue
+        business, blackouts = calendars_named(task.normalized)
+        named += [(task, "trigger.business_days", business)] if business else []
+        named += [(task, "policy.blackouts", name) for name in blackouts]
+    users = users_of((task.id, name) for task, _, name in named)
+    errors: list[FileError] = []
+    for task, key, name in named:
+        line = task.line_of(*key.split("."))
+        if name in calendars.invalid:
+            continue  # its own file's errors are reported there
+        found = calendars.by_name.get(name)
+        if found is None:
+            message = missing("calendar", name, users[name], calendars.by_name, calendars.root)
+            errors.append(FileError(task.path, line, key, message))
+        elif found.spec.kind != KINDS_OF[key]:
+            wanted = KINDS_OF[key]
+            errors.append(
+                FileError(
+                    task.path,
+                    line,
+                    key,
+                    f"calendar {name!r} is a {found.spec.kind} calendar; {key} names a {wanted} calendar "
+                    f'(kind = "{wanted}" in {calendars.root.rstrip("/")}/NAME.toml)',
+                )
+            )
+    return errors

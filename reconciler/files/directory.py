@@ -5,12 +5,12 @@ applied if its digest says it is unchanged since."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic
 
 from reconciler.files.digests import file_digest
-from reconciler.files.kinds import ItemT, Kind, validate
+from reconciler.files.kinds import ItemT, Kind, Named, NamedKind, validate
 from reconciler.files.problems import FileError
 from reconciler.files.scan import UnreadableSource, decode_source, read_bytes, scan
 
@@ -110,26 +110,9 @@ def read_dir(
     return into(kind, root, files, errors, order)
 
 
-@dataclass
-class Named(Generic[ItemT]):
-    """A directory of a kind named by its files (notifiers.d, calendars.d, limits.d) loaded: the valid items by
-    name, and an error for everything else."""
-
-    root: str
-    by_name: dict[str, ItemT]
-    errors: list[FileError]
-    present: bool = True  # the directory exists
-    invalid: set[str] = field(default_factory=set)  # names of files with errors: reported once, in their file
-
-
-LoadedT = TypeVar("LoadedT", bound=Named[Any])
-
-
-def load_named(
-    kind: Kind[ItemT], into: type[LoadedT], directory: Path, display_root: str | None, required: bool
-) -> LoadedT:
+def load_named(kind: NamedKind[ItemT], directory: Path, display_root: str | None, required: bool) -> Named[ItemT]:
     """Every `NAME.toml` directly in `directory` (none when it does not exist, unless `required`: it was named on
     the command line); `_` and `.` names skipped. Anything else there is an error."""
     files = read_dir(kind, directory, display_root, required)
     found, errors = files.check()
-    return into(files.root, {item.key(): item for item in found}, errors, files.present, files.failed(errors))
+    return Named(kind, files.root, {item.key(): item for item in found}, errors, files.present, files.failed(errors))

@@ -1,19 +1,21 @@
 """A kind of declared file (tasks.d, notifiers.d, …): its directory, model and id rule, and the one check every
 file of every kind goes through: name → TOML → values no model may see → the model → the kind's own checks.
 
-A new kind is a model and a `Kind` subclass naming it (see registry.py for the list of kinds); it gets the
-reading, one-line errors (file, line, key, fix), unknown-key hints and digests of the others.
+A new kind is a model, a `Kind` subclass naming it and one registration (registry.py's KINDS); it gets the
+reading, one-line errors (file, line, key, fix), unknown-key hints and digests of the others. A kind named by its
+files (`NamedKind`: notifiers, calendars, limits) also carries what plan, apply, the plan's renderings, export and
+`reconciler schema` do with its items: they iterate the registry and ask the kind, never name it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -24,7 +26,7 @@ from reconciler.spec.values import ID_SEGMENT, id_problem
 
 # (key path, message, key as shown when not the path) → the file's error at that key
 ErrorAt = Callable[..., FileError]
-ItemT = TypeVar("ItemT", bound="Declared")
+ItemT = TypeVar("ItemT", bound="DeclaredItem")
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
@@ -43,8 +45,8 @@ def spec_hash(normalized: dict[str, Any]) -> str:
     return hash_canonical(canonical_json(normalized))
 
 
-class Declared:
-    """What every valid declared file offers: the line of a key, and its spec normalized, as canonical
+class DeclaredItem:
+    """A valid declared file of any kind: the line of a key, and its spec normalized, as canonical
     JSON and hashed (what apply stores and compares)."""
 
     path: str
@@ -79,7 +81,7 @@ class Declared:
 
 
 @dataclass(frozen=True)
-class NamedItem(Declared, Generic[SpecT]):
+class NamedItem(DeclaredItem, Generic[SpecT]):
     """A valid file of a kind named by its files (`limits.d/NAME.toml`): its name, path, model and text."""
 
     name: str
@@ -103,6 +105,8 @@ class Kind(Generic[ItemT]):
     option: ClassVar[str]  # "--tasks-dir": the command-line option naming the directory
     model: ClassVar[Any]  # the file's pydantic model, or a tagged union of models
     empty: ClassVar[str]  # the error of an empty file: what to write first
+    title: ClassVar[str]  # the JSON Schema's title (`reconciler schema --kind NAME`)
+    description: ClassVar[str]  # the JSON Schema's description: what it checks, and what `validate` checks beyond
     nested: ClassVar[bool] = False  # ids are paths below the directory (`team/name`); else file names in it
     within: ClassVar[str | None] = None  # the directory as a symlink's escape names it (None: its path)
     in_line_order: ClassVar[bool] = True  # a file's errors are sorted by line
@@ -179,6 +183,67 @@ class Kind(Generic[ItemT]):
     def stand_in(self, file_id: str, display: str, source: str, digest: str, known: Mapping[str, Any]) -> ItemT | None:
         """An item standing on what `known` holds of a file unchanged since it was applied (not parsed)."""
         return None
+
+
+class NamedKind(Kind[ItemT]):
+    """A kind named by its files (`limits.d/NAME.toml`), each stored whole by apply: a row per source and name with
+    its normalized spec and hash. The hooks below are pure and default to what a kind without needs of its own has:
+    a kind that only plan, apply and export read (no engine) is stored in `scheduler.declared` by kind."""
+
+    table: ClassVar[str] = "declared"  # where apply keeps the items: scheduler.declared, or a table of the kind's own
+    on_write: ClassVar[str | None] = None  # a named statement (queries.sql) apply runs with (source, name) after one
+    on_delete: ClassVar[str | None] = None  # … and after a delete
+    derived: ClassVar[tuple[str, ...]] = ()  # keys of a stored spec that apply derives: export writes none of them
+    after_tasks: ClassVar[bool] = False  # apply writes the kind's rows after the tasks' (see apply._apply_locked)
+
+    def current(self) -> Self:
+        """The kind as a load now reads its files (a calendar resolves its holidays around this year)."""
+        return self
+
+    def columns(self, item: ItemT) -> dict[str, Any]:
+        """The values of its own table's columns beside source, name, spec and spec_hash, written by every apply."""
+        return {}
+
+    def created_columns(self, item: ItemT) -> dict[str, Any]:
+        """Columns written only when apply creates the row (a limit's full bucket), kept when it changes it."""
+        return {}
+
+    def summary(self, spec: Mapping[str, Any]) -> str:
+        """A stored spec in one line, for a plan's created and deleted items; URLs as stored (the plan masks)."""
+        return ""
+
+    def field_line(self, path: str, old: Any, new: Any) -> str | None:
+        """A changed field's line in a plan, when the kind words it its own way (None: `path: old → new`)."""
+        return None
+
+    def references(
+        self, tasks: Sequence[Any], loaded: Named[ItemT], stored: Mapping[str, Mapping[str, Any]] | None
+    ) -> list[FileError]:
+        """Errors of tasks naming items of this kind that `loaded` lacks. A task standing on its row (its file
+        unchanged since applied) is checked on its stored spec (`stored`, by id) or, without them, skipped."""
+        return []
+
+    def bind(self, tasks: list[Any], loaded: Named[ItemT]) -> list[Any]:
+        """The tasks with what they name of this kind bound into them, once every file is valid (calendars)."""
+        return tasks
+
+
+@dataclass
+class Named(Generic[ItemT]):
+    """A directory of a kind named by its files (notifiers.d, calendars.d, limits.d) loaded: the valid items by
+    name, and an error for everything else."""
+
+    kind: NamedKind[ItemT]
+    root: str
+    by_name: dict[str, ItemT]
+    errors: list[FileError]
+    present: bool = True  # the directory exists
+    invalid: set[str] = field(default_factory=set)  # names of files with errors: reported once, in their file
+
+    @property
+    def names(self) -> set[str]:
+        """Every name a task may use without an error of its own (those with errors are reported in their file)."""
+        return {*self.by_name, *self.invalid}
 
 
 def validate(

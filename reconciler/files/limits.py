@@ -6,13 +6,21 @@ own source, and the engines hold the runs of every task naming one within its nu
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconciler.files.directory import Named, load_named
-from reconciler.files.kinds import Kind, NamedItem
+from reconciler.files.directory import load_named
+from reconciler.files.kinds import Named, NamedItem, NamedKind
 from reconciler.files.problems import FileError
+from reconciler.files.references import missing, users_of
 from reconciler.spec.limit import BURST_NEEDS_RATE, LimitSpec
+
+if TYPE_CHECKING:
+    from reconciler.files.tasks import Task
+
+KEY = "policy.limits"
 
 WHAT_TO_WRITE = "write max_in_flight = N (runs at once), rate_per_second = R (requests a second), or both"
 # What to write instead of a value of the wrong type (a quoted number, a fraction of a run, a boolean).
@@ -28,14 +36,69 @@ class Limit(NamedItem[LimitSpec]):
     """A valid limit file."""
 
 
-class LimitKind(Kind[Limit]):
-    """Limit files: named by their file, directly in limits.d; max_in_flight, rate_per_second or both."""
+class LimitKind(NamedKind[Limit]):
+    """Limit files: named by their file, directly in limits.d; max_in_flight, rate_per_second or both. Apply keeps
+    them in scheduler.limits, whose numbers and bucket the engines' claims read under the row's lock."""
 
     name = "limit"
     directory = "limits.d"
     option = "--limits-dir"
     model = LimitSpec
     empty = f"empty limit file; {WHAT_TO_WRITE}"
+    title = "reconciler limit file"
+    description = (
+        "One TOML file in limits.d/: how many runs of the tasks that name it may be in flight at once "
+        "(max_in_flight) and how many may start a second (rate_per_second, burst). Checks keys, types and ranges; "
+        "`reconciler validate` checks the rest (one of max_in_flight and rate_per_second, burst only with a rate, "
+        "the tasks' names of limits)."
+    )
+    table = "limits"
+    # A claim holds its task rows, then writes its limits' buckets: an apply that wrote a limit's row first and then
+    # waited for a task row the claim holds would deadlock with it. (One transaction: nobody sees a task naming a
+    # limit before the limit.)
+    after_tasks = True
+
+    def columns(self, item: Limit) -> dict[str, Any]:
+        spec = item.spec  # the burst: the bucket's size, else the rate rounded up (None: no rate)
+        return {"max_in_flight": spec.max_in_flight, "rate_per_second": spec.rate_per_second, "burst": spec.bucket}
+
+    on_write = "limit_bucket_capped"  # a changed limit keeps its tokens, at most its new bucket
+
+    def created_columns(self, item: Limit) -> dict[str, Any]:
+        """A new limit starts with a full bucket (a changed one keeps its tokens: `on_write`)."""
+        return {"tokens": float(item.spec.bucket or 0)}
+
+    def summary(self, spec: Mapping[str, Any]) -> str:
+        """`at most 4 in flight; 10 a second, bursts of 10`."""
+        parts = []
+        if isinstance(spec.get("max_in_flight"), int):
+            parts.append(f"at most {spec['max_in_flight']:,} in flight")
+        rate = spec.get("rate_per_second")
+        if isinstance(rate, int | float):
+            burst = spec.get("burst") or max(1, math.ceil(rate))
+            parts.append(f"{rate:g} a second, bursts of {burst:,}")
+        return "; ".join(parts) or "no numbers"
+
+    def references(
+        self, tasks: Sequence[Task], loaded: Named[Limit], stored: Mapping[str, Mapping[str, Any]] | None
+    ) -> list[FileError]:
+        """Every limit a task names that limits.d lacks; the error names every task using it, so a limit deleted
+        while tasks name it is refused so."""
+        named: list[tuple[Task, str]] = []
+        for task in tasks:
+            spec = task.normalized if task.stored is None else (stored or {}).get(task.id)
+            named += [(task, name) for name in limits_named(spec or {})]
+        users = users_of((task.id, name) for task, name in named)
+        return [
+            FileError(
+                task.path,
+                task.line_of(*KEY.split(".")),
+                KEY,
+                missing("limit", name, users[name], loaded.by_name, loaded.root),
+            )
+            for task, name in named
+            if name not in loaded.names  # an invalid one's errors are in its file
+        ]
 
     def item(self, item_id: str, display: str, source: str, spec: Any, digest: str | None) -> Limit:
         return Limit(item_id, display, spec, source)
@@ -54,10 +117,16 @@ class LimitKind(Kind[Limit]):
 LIMITS = LimitKind()
 
 
-class Limits(Named[Limit]):
-    """A limits directory loaded: the valid limits by name, and an error for everything else."""
+Limits = Named[Limit]
+
+
+def limits_named(spec: Mapping[str, Any]) -> list[str]:
+    """A normalized task spec's limits (a stored spec edited by hand into something else names none)."""
+    policy = spec.get("policy")
+    named = policy.get("limits") if isinstance(policy, dict) else None
+    return [name for name in named if isinstance(name, str)] if isinstance(named, list) else []
 
 
 def load_limits(limits_dir: Path, display_root: str | None = None, required: bool = False) -> Limits:
     """Every `NAME.toml` directly in `limits_dir` (see load_named)."""
-    return load_named(LIMITS, Limits, limits_dir, display_root, required)
+    return load_named(LIMITS, limits_dir, display_root, required)

@@ -13,11 +13,8 @@ from zoneinfo import ZoneInfo
 
 from pydantic import TypeAdapter, ValidationError
 
-from reconciler.files.calendars import Calendars
 from reconciler.files.directory import DirFiles, read_dir
-from reconciler.files.kinds import Declared, ErrorAt, Kind, check_data, validate
-from reconciler.files.limits import Limits
-from reconciler.files.notifiers import Notifiers
+from reconciler.files.kinds import DeclaredItem, ErrorAt, Kind, check_data, validate
 from reconciler.files.problems import FileError, FileWarning
 from reconciler.files.text import BOM
 from reconciler.schedule.base import Schedule, TriggerError
@@ -45,7 +42,7 @@ class Stored:
 
 
 @dataclass(frozen=True)
-class Task(Declared):
+class Task(DeclaredItem):
     """A valid task file: parsed (`parsed`), or standing on what it parsed to when it was applied (`stored`).
 
     A plan of a file unchanged since it was applied reads only the values `Stored` holds; anything
@@ -124,15 +121,13 @@ class Task(Declared):
         return Task(self.id, self.path, self.source, (bound, schedule), digest=self.digest)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadResult:
-    """The declared files a command read: the tasks, and the notifiers when it reads them."""
+    """A tasks directory loaded: its valid tasks, and an error for everything else (files/declared.py composes
+    it with the other kinds' directories)."""
 
     tasks: list[Task]
     errors: list[FileError]
-    notifiers: Notifiers | None = None  # notifiers.d, when the command reads it (see commands.load_or_report)
-    calendars: Calendars | None = None  # calendars.d, likewise
-    limits: Limits | None = None  # limits.d, likewise
 
     @property
     def ok(self) -> bool:
@@ -147,6 +142,11 @@ class TaskKind(Kind[Task]):
     option = "--tasks-dir"
     model = TaskSpec
     empty = "empty task file; add [trigger] and [target] tables"
+    title = "reconciler task file"
+    description = (
+        "One TOML file under tasks.d/: one scheduled HTTP call. Checks keys, types and ranges; "
+        "`reconciler validate` checks the rest (cron expressions, time zones, secrets, DST)."
+    )
     nested = True
     within = "the tasks directory"
 

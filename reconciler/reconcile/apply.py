@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,18 +21,14 @@ from reconciler.db.rows import Conn, TaskRow
 from reconciler.db.store import Store
 from reconciler.db.task_writes import TaskValues, TaskWrites
 from reconciler.errors import UserError
-from reconciler.files.calendars import Calendars
-from reconciler.files.limits import Limits
-from reconciler.files.notifiers import Notifiers
+from reconciler.files.kinds import Named
 from reconciler.files.tasks import LoadResult, Stored, Task, read_files
 from reconciler.notify.events import stateful
 from reconciler.operate.audit import Operator, record, whoami
 from reconciler.reconcile import revision
-from reconciler.reconcile.calendars import calendar_rows, write_calendars
-from reconciler.reconcile.limit_rates import rate_warnings
-from reconciler.reconcile.limits import limit_rows, write_limits
-from reconciler.reconcile.notifiers import notifier_rows, write_notifiers
-from reconciler.reconcile.plan import Change, Plan, attach_calendars, attach_limits, attach_notifiers, make_plan
+from reconciler.reconcile.declared import stored_rows, write_changes
+from reconciler.reconcile.limit_rates import limit_warnings
+from reconciler.reconcile.plan import Change, Plan, attach_declared, make_plan
 from reconciler.reconcile.revision import LiveRevision, Revision
 
 NOTIFY_IDS_CAP = 100
@@ -149,7 +146,9 @@ def add_writes(writes: TaskWrites, change: Change, source: str, now: datetime) -
         writes.move_history(change.id, change.row.id)
 
 
-async def write_changes(conn: Conn, changes: list[Change], source: str, now: datetime, rev: str | None) -> None:
+async def write_changes_of_tasks(
+    conn: Conn, changes: list[Change], source: str, now: datetime, rev: str | None
+) -> None:
     """All writes of a plan, batched per statement (executemany pipelines them; many creates are copied)."""
     # Deletes first: a moved or re-created id may reuse a freed primary key.
     for phase in ("delete", "update", "move", "create"):
@@ -214,19 +213,17 @@ async def apply_tasks(
     source: str,
     now: datetime | None = None,
     options: ApplyOptions = ApplyOptions(),
-    notifiers: Notifiers | None = None,
-    calendars: Calendars | None = None,
-    limits: Limits | None = None,
+    declared: Sequence[Named[Any]] = (),
 ) -> ApplyResult:
-    """Plan against the locked current state and write the diff in one transaction (the source's
-    notifiers, calendars and limits too, unless None: then they are left as they are).
+    """Plan against the locked current state and write the diff in one transaction: the tasks, and the source's
+    items of each declared kind in `declared` (its directory loaded; a kind not there is left as it is).
 
     `now` is the database's clock unless given (tests and replays): engines on other machines
     advance the same rows, so the applying machine's clock must not decide what "from now" is."""
     async with store.transaction() as conn:
-        result = await _apply_locked(conn, tasks, source, now, options, notifiers, calendars, limits)
-    if limits is not None:  # after the transaction: a warning for people costs the apply no locked time
-        result.plan.warnings += rate_warnings(result.plan, limits)
+        result = await _apply_locked(conn, tasks, source, now, options, declared)
+    # after the transaction: a warning for people costs the apply no locked time
+    result.plan.warnings += limit_warnings(result.plan, declared)
     return result
 
 
@@ -236,20 +233,14 @@ async def _apply_locked(
     source: str,
     now: datetime | None,
     options: ApplyOptions,
-    notifiers: Notifiers | None,
-    calendars: Calendars | None,
-    limits: Limits | None,
+    declared: Sequence[Named[Any]],
 ) -> ApplyResult:
     """apply_tasks in its transaction."""
     await Store.lock_apply(conn)
     rows = await Store.tasks(conn)
     plan = make_plan(tasks, rows, source, now or await database_now(conn), prune=options.prune)
-    if notifiers is not None:
-        attach_notifiers(plan, notifiers, await notifier_rows(conn), tasks, rows)
-    if calendars is not None:
-        attach_calendars(plan, calendars, await calendar_rows(conn))
-    if limits is not None:
-        attach_limits(plan, limits, await limit_rows(conn), tasks, rows)
+    for loaded in declared:
+        attach_declared(plan, loaded, await stored_rows(conn, loaded.kind), tasks, rows)
     judge(plan, rows, await live_revision(conn, source), options)
     plan.paused = await paused_of(conn, rows, source)
     if plan.refused:
@@ -264,13 +255,13 @@ async def _apply_locked(
         now = await database_now(conn)
         for change in writes:
             change.preview_from = now if change.preview_from else None
-    # The kinds the tasks name first (the registry's order): a task is written after everything it names. But for
-    # limits, written last: a claim holds its task rows, then writes its limits' buckets; an apply that wrote a
-    # limit's row first and then waited for a task row the claim holds would deadlock with it. (One transaction:
-    # nobody sees a task naming a limit before the limit.)
-    await write_calendars(conn, plan.calendars, source)
-    await write_notifiers(conn, plan.notifiers, source)
-    await write_changes(conn, writes, source, now, options.revision.revision)
+    # The kinds the tasks name first (the registry's order): a task is written after everything it names; but a
+    # kind that says so (`after_tasks`: limits) comes after the tasks. One transaction: nobody sees a task naming
+    # an item before the item.
+    for found in plan.declared:
+        if not found.kind.after_tasks:
+            await write_changes(conn, found.kind, found.changes, source)
+    await write_changes_of_tasks(conn, writes, source, now, options.revision.revision)
     if resets := state_resets(writes):
         await apply_queries.notify_state_reset(conn, ids=resets)
     await record_apply(conn, plan, now, options.revision, options.operator)
@@ -282,8 +273,10 @@ async def _apply_locked(
         ids = [c.id for c in writes]
         payload = {"source": source, "count": len(ids), "ids": ids[:NOTIFY_IDS_CAP]}
         await Store.notify(conn, json.dumps(payload))
-    await write_limits(conn, plan.limits, source)
-    return ApplyResult(plan, len(writes) + len(plan.notifiers) + len(plan.calendars) + len(plan.limits))
+    for found in plan.declared:
+        if found.kind.after_tasks:
+            await write_changes(conn, found.kind, found.changes, source)
+    return ApplyResult(plan, len(writes) + sum(len(found.changes) for found in plan.declared))
 
 
 async def paused_of(conn: Conn, rows: list[TaskRow], source: str) -> list[operator_queries.PauseRow]:
@@ -317,12 +310,8 @@ async def record_apply(conn: Conn, plan: Plan, now: datetime, rev: Revision, ope
     applied = await apply_queries.applies_insert(conn, **params)
     details: dict[str, Any] = {"apply_id": applied, "revision": rev.revision, "counts": summary}
     details["plan_digest"] = plan.digest
-    if plan.notifiers:
-        details["notifiers"] = {n.name: n.op for n in plan.notifiers}
-    if plan.calendars:
-        details["calendars"] = {c.name: c.op for c in plan.calendars}
-    if plan.limits:
-        details["limits"] = {c.name: c.op for c in plan.limits}
+    for found in plan.changed_kinds:  # {"limits": {"billing-api": "create"}}
+        details[f"{found.kind.name}s"] = {change.name: change.op for change in found.changes}
     await record(conn, operator, "apply", plan.source, list(changes), details)
 
 
@@ -350,9 +339,7 @@ async def read_plan(
     source: str,
     now: datetime,
     options: ApplyOptions = ApplyOptions(),
-    notifiers: Notifiers | None = None,
-    calendars: Calendars | None = None,
-    limits: Limits | None = None,
+    declared: Sequence[Named[Any]] = (),
 ) -> Plan:
     """A read-only plan with apply's verdict: no lock, no DDL, no rows written.
 
@@ -363,20 +350,14 @@ async def read_plan(
         tables = have.columns
         rows = await Store.tasks(conn) if "tasks" in tables else []
         live = await live_revision(conn, source) if "applies" in tables else None
-        stored = await notifier_rows(conn) if "notifiers" in tables else []
-        stored_calendars = await calendar_rows(conn) if "calendars" in tables else []
-        stored_limits = await limit_rows(conn) if "limits" in tables else []
+        stored = [await stored_rows(conn, loaded.kind) if loaded.kind.table in tables else [] for loaded in declared]
         paused = await paused_of(conn, rows, source) if "pauses" in tables else []
     plan = make_plan(tasks, rows, source, now, prune=options.prune)
     plan.paused = paused
-    if notifiers is not None:
-        attach_notifiers(plan, notifiers, stored, tasks, rows)
-    if calendars is not None:
-        attach_calendars(plan, calendars, stored_calendars)
-    if limits is not None:
-        attach_limits(plan, limits, stored_limits, tasks, rows)
+    for loaded, found in zip(declared, stored, strict=True):
+        attach_declared(plan, loaded, found, tasks, rows)
     plan = judge(plan, rows, live, options)
-    plan.warnings += rate_warnings(plan, limits) if limits is not None else []
+    plan.warnings += limit_warnings(plan, declared)
     if "tasks" not in tables:
         plan.schema_missing = True
         plan.warnings.append("the database has no scheduler schema yet: apply will create it")

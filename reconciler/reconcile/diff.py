@@ -7,10 +7,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, Self, TypeVar
 
-from reconciler.files.kinds import Declared
+from reconciler.files.kinds import DeclaredItem
 
 Op = Literal["create", "update", "delete", "move", "noop"]
-D = TypeVar("D", bound=Declared)
+D = TypeVar("D", bound=DeclaredItem)
 
 
 @dataclass(frozen=True)
@@ -83,18 +83,16 @@ def diff_fields(old: dict[str, Any], new: dict[str, Any]) -> list[FieldDiff]:
     ]
 
 
-def diff_declared(
-    desired: Mapping[str, D], rows: Iterable[StoredSpec], source: str
-) -> list[tuple[Op, str, list[FieldDiff], D | None, dict[str, Any] | None]]:
-    """(op, name, fields, item, stored spec) of what apply does to this source's items (unchanged ones left
-    out), by name: the files' items are created or updated, the rows without a file deleted."""
+def diff_declared(desired: Mapping[str, D], rows: Iterable[StoredSpec], source: str) -> list[ItemChange[D]]:
+    """What apply does to this source's items of a kind stored whole (unchanged ones left out), by name: the files'
+    items are created or updated, the rows without a file deleted."""
     stored = {row.name: row for row in rows if row.source == source}
-    changes: list[tuple[Op, str, list[FieldDiff], D | None, dict[str, Any] | None]] = []
+    changes: list[ItemChange[D]] = []
     for name, item in desired.items():
         row = stored.get(name)
         if row is None:
-            changes.append(("create", name, [], item, None))
+            changes.append(ItemChange("create", name, [], item, None))
         elif row.spec_hash != item.spec_hash:
-            changes.append(("update", name, diff_fields(row.spec, item.normalized), item, row.spec))
-    changes += [("delete", name, [], None, row.spec) for name, row in stored.items() if name not in desired]
-    return sorted(changes, key=lambda change: change[1])
+            changes.append(ItemChange("update", name, diff_fields(row.spec, item.normalized), item, row.spec))
+    changes += [ItemChange("delete", name, [], None, row.spec) for name, row in stored.items() if name not in desired]
+    return sorted(changes, key=lambda change: change.name)

@@ -1,7 +1,7 @@
-"""`reconciler export`: the database's tasks, notifiers, calendars and limits written back as files (adoption).
+"""`reconciler export`: the database's tasks and the items of every declared kind written back as files (adoption).
 
-Safe by construction: a new directory by default (`exported.d`, its notifiers, calendars and limits in
-`notifiers.d`, `calendars.d` and `limits.d` beside it, where `plan` looks for them), no existing file
+Safe by construction: a new directory by default (`exported.d`, each kind's files in its directory beside it:
+`notifiers.d`, `calendars.d`, `limits.d`, where `plan` looks for them), no existing file
 replaced without --force (every target is checked before any is written), only the keys whose value
 differs from the model's default, the model's types (a float field holding 30.0 is written 30), no
 `moved_from`, and no literal secret: an old row's literal credential becomes an `{ env = "EXPORTED_…" }`
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, get_args
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import tomli_w
@@ -29,20 +29,11 @@ from pydantic.fields import FieldInfo
 
 from reconciler.db.rows import TaskRow
 from reconciler.errors import UserError
-from reconciler.files.calendars import CALENDARS
-from reconciler.files.kinds import Kind, check_data, spec_hash, validate
-from reconciler.files.limits import LIMITS
-from reconciler.files.notifiers import NOTIFIERS
+from reconciler.files.kinds import Kind, NamedKind, check_data, spec_hash, validate
 from reconciler.files.problems import FileError, printable
 from reconciler.files.tasks import TASKS
-from reconciler.reconcile.calendars import CalendarRow
 from reconciler.reconcile.diff import StoredRow
-from reconciler.reconcile.limits import LimitRow
-from reconciler.reconcile.notifiers import NotifierRow
-from reconciler.spec.calendar import BlackoutCalendar, BusinessDaysCalendar
-from reconciler.spec.limit import LimitSpec
 from reconciler.spec.model import admitted
-from reconciler.spec.notifier import NotifierSpec
 from reconciler.spec.target import Target, is_credential_name
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import ID_SEGMENT, MAX_NAME, EnvRef, id_problem
@@ -121,7 +112,7 @@ def _shape(model: type[BaseModel], data: dict[str, Any], slim: bool = True) -> d
     out: dict[str, Any] = {}
     for key, value in data.items():
         info = fields.get(key)
-        if value is None or (model is TaskSpec and key == "moved_from"):
+        if value is None:
             continue
         if info is None:  # an unknown key of a row that no longer validates: as stored
             out[key] = value
@@ -163,14 +154,25 @@ class Placeholders:
         return name
 
 
-def _scrub_secrets(task_id: str, spec: dict[str, Any], names: Placeholders) -> tuple[dict[str, Any], list[str]]:
-    """A task's `spec` with every literal credential of its target replaced by an `{ env = … }` placeholder,
-    and one warning each (see scrub_target)."""
-    target = spec.get("target")
-    if not isinstance(target, dict):
-        return spec, []
-    target, warnings = scrub_target(task_id, target, names, "target.")
-    return {**spec, "target": target}, warnings
+def scrub_secrets(
+    label: str, model: type[BaseModel], spec: dict[str, Any], names: Placeholders
+) -> tuple[dict[str, Any], list[str]]:
+    """A stored spec of `model` with every literal credential replaced by an `{ env = … }` placeholder, and one
+    warning each: the target it is (a webhook notifier) or holds (a task's `[target]`, see scrub_target), and each
+    value that is a secret as a whole (a Slack notifier's url)."""
+    warnings: list[str] = []
+    spec = dict(spec)
+    if issubclass(model, Target):
+        spec, warnings = scrub_target(label, spec, names, "")
+    for key, info in _fields(model).items():
+        value = spec.get(key)
+        sub = _submodel(info, value) if isinstance(value, dict) else None
+        if sub is not None and issubclass(sub, Target) and isinstance(value, dict):
+            spec[key], found = scrub_target(label, value, names, f"{key}.")
+            warnings += found
+        elif info.annotation is EnvRef and isinstance(value, str):
+            warnings.append(_placeholder(label, spec, ("", key, key), names))
+    return spec, warnings
 
 
 def _placeholder(label: str, table: dict[str, Any], at: tuple[str, str, str], names: Placeholders) -> str:
@@ -314,12 +316,14 @@ def _problems(errors: list[FileError]) -> str:
     return f"{first.key}: {first.message}{more}"
 
 
-DERIVED = ("moved_from", "resolved")  # a task's leftover pointer; a calendar's holidays, which apply resolves
+def _written(kind: Kind[Any], normalized: dict[str, Any]) -> dict[str, Any]:
+    """What of a normalized spec its file says: not what apply derives (a task's leftover moved_from pointer, a
+    calendar's resolved holidays)."""
+    derived = kind.derived if isinstance(kind, NamedKind) else TASK_DERIVED
+    return {key: value for key, value in normalized.items() if key not in derived}
 
 
-def _written(normalized: dict[str, Any]) -> dict[str, Any]:
-    """What of a normalized spec its file says."""
-    return {key: value for key, value in normalized.items() if key not in DERIVED}
+TASK_DERIVED = ("moved_from",)
 
 
 def _export_spec(
@@ -336,7 +340,7 @@ def _export_spec(
         )
         data = _shape(model, spec)
     else:
-        expected = _written(item.normalized)
+        expected = _written(kind, item.normalized)
         model = type(item.model())  # a tagged union's member (a webhook or a Slack notifier)
         data = _shape(model, expected)
     dropped: list[str] = []
@@ -349,7 +353,7 @@ def _export_spec(
         return Exported(file_id, None, [*warnings, f"{label}: skipped, not writable as TOML ({exc})"])
     if item is not None:
         reloaded, _ = validate(kind, file_id, file_id, text)
-        if reloaded is None or spec_hash(_written(reloaded.normalized)) != spec_hash(expected):  # fail safe
+        if reloaded is None or spec_hash(_written(kind, reloaded.normalized)) != spec_hash(expected):  # fail safe
             text = to_toml(_without_nulls(_shape(model, expected, slim=False), "", []), model)
             warnings.append(f"{label}: written with every key (the short form would not re-load identically)")
     return Exported(file_id, text, warnings)
@@ -362,66 +366,40 @@ def export_row(row: TaskRow, names: Placeholders) -> Exported:
         return Exported(row.id, None, [f"{printable(row.id)}: skipped, the id cannot be a file name ({problem})"])
     if not isinstance(row.spec, dict):
         return Exported(row.id, None, [f"{row.id}: skipped, the stored spec is not a table (JSON object)"])
-    spec, warnings = _scrub_secrets(row.id, row.spec, names)
+    spec, warnings = scrub_secrets(row.id, TaskSpec, _written(TASKS, row.spec), names)
     return _export_spec(TASKS, row.id, row.id, spec, TaskSpec, warnings)
 
 
-def _notifier_model(spec: dict[str, Any]) -> type[BaseModel]:
-    """The notifier model a stored spec's `kind` names (a webhook when it names none)."""
-    models = [t for t in admitted(NotifierSpec) if isinstance(t, type) and issubclass(t, BaseModel)]
-    return next((m for m in models if spec.get("kind") in get_args(m.model_fields["kind"].annotation)), models[0])
+def member_for(model: Any, spec: dict[str, Any]) -> type[BaseModel]:
+    """The model a stored spec of `model` is: the member of a tagged union its `kind` names (the first when it
+    names none), or the model itself."""
+    models = [t for t in admitted(model) if isinstance(t, type) and issubclass(t, BaseModel)]
+    for member in models:
+        kind = member.model_fields.get("kind")
+        if kind is not None and spec.get("kind") in get_args(kind.annotation):
+            return member
+    return models[0]
 
 
-def _unwritable(label: str, row: StoredRow) -> Exported | None:
-    """Why a row of a kind named by its files cannot be one (None: it can)."""
+def export_item(kind: NamedKind[Any], row: StoredRow, names: Placeholders) -> Exported:
+    """The file of one stored item of a kind named by its files (`limits.d/NAME.toml`), checked like a task's:
+    `{ env = … }` values stay references, a literal secret an older row holds becomes an `EXPORTED_…`
+    placeholder, and what apply derives is left out."""
+    label = f"{kind.name} {printable(row.name)}"
     if not ID_SEGMENT.fullmatch(row.name):
         return Exported(row.name, None, [f"{label}: skipped, the name cannot be a file name"])
     if not isinstance(row.spec, dict):
         return Exported(row.name, None, [f"{label}: skipped, the stored spec is not a table (JSON object)"])
-    return None
+    model = member_for(kind.model, row.spec)
+    spec, warnings = scrub_secrets(label, model, _written(kind, row.spec), names)
+    return _export_spec(kind, row.name, label, spec, model, warnings)
 
 
-def export_notifier(row: NotifierRow, names: Placeholders) -> Exported:
-    """The notifier file for one row (`notifiers.d/NAME.toml`), checked like a task's: `{ env = … }` values
-    stay references, and a literal secret an older row holds becomes an `EXPORTED_NOTIFIER_…` placeholder."""
-    label = f"notifier {printable(row.name)}"
-    if (skipped := _unwritable(label, row)) is not None:
-        return skipped
-    model = _notifier_model(row.spec)
-    spec, warnings = scrub_target(label, row.spec, names, "") if issubclass(model, Target) else (dict(row.spec), [])
-    warnings += [  # a value that is a secret as a whole: a Slack webhook's url
-        _placeholder(label, spec, ("", key, key), names)
-        for key, info in _fields(model).items()
-        if info.annotation is EnvRef and isinstance(spec.get(key), str)
-    ]
-    return _export_spec(NOTIFIERS, row.name, label, spec, model, warnings)
-
-
-def export_calendar(row: CalendarRow) -> Exported:
-    """The calendar file for one row (`calendars.d/NAME.toml`): its spec without the holidays apply resolved."""
-    label = f"calendar {printable(row.name)}"
-    if (skipped := _unwritable(label, row)) is not None:
-        return skipped
-    model = BlackoutCalendar if row.spec.get("kind") == "blackout" else BusinessDaysCalendar
-    return _export_spec(CALENDARS, row.name, label, _written(row.spec), model, [])
-
-
-def export_limit(row: LimitRow) -> Exported:
-    """The limit file for one row (`limits.d/NAME.toml`)."""
-    label = f"limit {printable(row.name)}"
-    if (skipped := _unwritable(label, row)) is not None:
-        return skipped
-    return _export_spec(LIMITS, row.name, label, row.spec, LimitSpec, [])
-
-
-Named = TypeVar("Named", NotifierRow, CalendarRow, LimitRow)
-
-
-def one_per_name(rows: list[Named], what: str = "notifier") -> tuple[list[Named], list[str]]:
+def one_per_name(rows: list[StoredRow], what: str = "notifier") -> tuple[list[StoredRow], list[str]]:
     """The notifiers (calendars, limits) of one exported directory: each name once (rows of several sources share it).
     A name the sources declare alike is one file; one they declare differently is written from the first
     source (in order), with a warning naming the others."""
-    by_name: dict[str, list[Named]] = {}
+    by_name: dict[str, list[StoredRow]] = {}
     for row in sorted(rows, key=lambda r: (r.name, r.source)):
         by_name.setdefault(row.name, []).append(row)
     warnings = [

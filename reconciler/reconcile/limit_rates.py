@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from reconciler.files.limit_refs import limits_named
-from reconciler.files.limits import Limit, Limits
+from reconciler.files.kinds import Named
+from reconciler.files.limits import LIMITS, Limit, Limits, limits_named
 from reconciler.reconcile.plan import Change, Plan
 from reconciler.schedule.base import Schedule, TriggerError
 from reconciler.schedule.busiest import busiest_minute
@@ -33,6 +33,11 @@ BUDGET = 200_000
 TASKS = 10_000
 # What compile_schedule reads of a stored spec besides the trigger and the zone.
 SCHEDULE_POLICY = ("dst_gap", "dst_overlap", "blackouts", "on_blackout")
+
+
+def limit_warnings(plan: Plan, declared: Sequence[Named[Any]]) -> list[str]:
+    """The rate warnings of the limits among the declared directories a plan was made of (none without them)."""
+    return [line for loaded in declared if loaded.kind.name == LIMITS.name for line in rate_warnings(plan, loaded)]
 
 
 def rate_warnings(plan: Plan, limits: Limits) -> list[str]:

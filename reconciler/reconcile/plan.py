@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -11,18 +12,10 @@ from typing import Any
 
 from reconciler.db.operator_queries import PauseRow
 from reconciler.db.rows import TaskRow
-from reconciler.files.calendars import Calendars
-from reconciler.files.kinds import spec_hash
-from reconciler.files.limit_refs import limit_errors
-from reconciler.files.limits import Limits
-from reconciler.files.notifiers import Notifiers
+from reconciler.files.kinds import Named, NamedKind, spec_hash
 from reconciler.files.problems import FileError
-from reconciler.files.subscriptions import subscription_errors
 from reconciler.files.tasks import Task
-from reconciler.reconcile.calendars import CalendarChange, CalendarRow, calendar_fields, diff_calendars, version
-from reconciler.reconcile.diff import FieldDiff, Op, StoredRow, diff_fields
-from reconciler.reconcile.limits import LimitChange, LimitRow, diff_limits
-from reconciler.reconcile.notifiers import NotifierChange, NotifierRow, diff_notifiers
+from reconciler.reconcile.diff import FieldDiff, ItemChange, Op, StoredRow, diff_declared, diff_fields
 from reconciler.reconcile.revision import LiveRevision
 from reconciler.schedule.excluded import Excluded, excluded_between
 from reconciler.schedule.preview import dst_warnings, never_fires, upcoming
@@ -51,6 +44,14 @@ class Preview:
 
 
 NO_PREVIEW = Preview([], [], None)
+
+
+@dataclass(frozen=True)
+class KindChanges:
+    """What a plan does to one declared kind stored whole: its changes (unchanged items left out)."""
+
+    kind: NamedKind[Any]
+    changes: list[ItemChange[Any]]
 
 
 @dataclass
@@ -103,9 +104,8 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     live: LiveRevision | None = None
     schema_missing: bool = False
-    notifiers: list[NotifierChange] = field(default_factory=list)  # see attach_notifiers
-    calendars: list[CalendarChange] = field(default_factory=list)  # see attach_calendars
-    limits: list[LimitChange] = field(default_factory=list)  # see attach_limits
+    # What the plan does to each declared kind it was given (attach_declared), in the registry's order.
+    declared: list[KindChanges] = field(default_factory=list)
     # The source's tasks paused at runtime (`reconciler pause`): shown, never changed by an apply.
     paused: list[PauseRow] = field(default_factory=list)
     planned_at: datetime | None = None  # the plan's `now`: what "from now" was (make_plan)
@@ -121,7 +121,16 @@ class Plan:
 
     @property
     def has_changes(self) -> bool:
-        return any(c.writes for c in self.changes) or bool(self.notifiers) or bool(self.calendars) or bool(self.limits)
+        return any(c.writes for c in self.changes) or any(kind.changes for kind in self.declared)
+
+    def changes_of(self, kind: NamedKind[Any]) -> list[ItemChange[Any]]:
+        """What the plan does to `kind` (nothing when it was not given)."""
+        return next((found.changes for found in self.declared if found.kind.name == kind.name), [])
+
+    @property
+    def changed_kinds(self) -> list[KindChanges]:
+        """The declared kinds the plan changes, in the registry's order."""
+        return [found for found in self.declared if found.changes]
 
     @property
     def digest(self) -> str:
@@ -132,13 +141,9 @@ class Plan:
             if c.writes
         ]
         described: list[Any] = [self.source, shown]
-        if self.notifiers:  # absent otherwise: a plan without notifier changes keeps its digest
-            described.append(
-                [[n.op, n.name, n.after, [[f.path, f.old, f.new] for f in n.fields]] for n in self.notifiers]
-            )
-        for kind in (self.calendars, self.limits):  # likewise
-            if kind:
-                described.append([[c.op, c.name, c.after, [[f.path, f.old, f.new] for f in c.fields]] for c in kind])
+        for found in self.changed_kinds:  # absent otherwise: a plan of tasks alone keeps its digest
+            changes = [[c.op, c.name, c.after, [[f.path, f.old, f.new] for f in c.fields]] for c in found.changes]
+            described.append([found.kind.name, changes])
         text = json.dumps(described, sort_keys=True, default=str, ensure_ascii=True)
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -271,44 +276,42 @@ def folded(fingerprint: str, lines: list[str]) -> str:
 
 
 def stored_lines(what: str, stored: list[StoredRow]) -> list[str]:
-    """What a plan read of a kind stored whole, as lines of its state fingerprint (`what` "": the notifiers')."""
-    prefix = f"{what}\0" if what else ""
-    return [f"{prefix}{r.source}\0{r.name}\0{r.spec_hash}\n" for r in sorted(stored, key=lambda r: (r.source, r.name))]
+    """What a plan read of a kind stored whole (`what`: its name), as lines of its state fingerprint."""
+    return [f"{what}\0{r.source}\0{r.name}\0{r.spec_hash}\n" for r in sorted(stored, key=lambda r: (r.source, r.name))]
 
 
-def attach_calendars(plan: Plan, calendars: Calendars, stored: list[CalendarRow]) -> Plan:
-    """Add the calendar changes to `plan`, and the calendar rows to its state fingerprint (a saved plan is stale
-    once they change). The tasks a calendar change retimes are in the plan's changes already (make_plan)."""
-    plan.calendars = diff_calendars(calendars.by_name, stored, plan.source)
-    # a saved plan is stale once a calendar file changes too
-    files = [f"calendar\0{name}\0{calendar.spec_hash}\n" for name, calendar in sorted(calendars.by_name.items())]
-    plan.files_fingerprint = folded(plan.files_fingerprint, files)
-    plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines("calendar", list(stored)))
-    return plan
-
-
-def attach_limits(plan: Plan, limits: Limits, stored: list[LimitRow], tasks: list[Task], rows: list[TaskRow]) -> Plan:
-    """Add the limit changes to `plan`, the limit files' errors and the limits its tasks name that limits.d lacks
-    to its conflicts (a task standing on its row is checked on the row's spec), and the limit files and rows to
-    its fingerprints."""
-    plan.limits = diff_limits(limits.by_name, stored, plan.source)
-    # a limit file with errors is no reason to delete its row: its errors refuse the plan
-    standing = {task.id for task in tasks if task.stored is not None}
-    stored_specs = {row.id: row.spec for row in rows if row.id in standing}
-    plan.conflicts += limits.errors + limit_errors(tasks, limits, stored_specs)
-    files = [f"limit\0{name}\0{limit.spec_hash}\n" for name, limit in sorted(limits.by_name.items())]
-    plan.files_fingerprint = folded(plan.files_fingerprint, files)
-    plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines("limit", list(stored)))
-    return plan
-
-
-def attach_notifiers(
-    plan: Plan, notifiers: Notifiers, stored: list[NotifierRow], tasks: list[Task], rows: list[TaskRow]
+def attach_declared(
+    plan: Plan, loaded: Named[Any], stored: list[StoredRow], tasks: list[Task], rows: list[TaskRow]
 ) -> Plan:
-    """Add the notifier changes to `plan`, the unknown subscriptions to its conflicts, and the notifier
-    rows to its state fingerprint (a saved plan is stale once they change)."""
-    plan.notifiers = diff_notifiers(notifiers.by_name, stored, plan.source)
+    """Add one declared kind to `plan`: its changes; its files' errors and those of the tasks naming what it lacks
+    to the plan's conflicts (a task standing on its row is checked on the row's spec; a file with errors is no
+    reason to delete its row: its errors refuse the plan); and its files and rows to the plan's fingerprints (a
+    saved plan is stale once either changes). The tasks a calendar change retimes are in the plan's changes
+    already (make_plan)."""
+    kind = loaded.kind
+    plan.declared.append(KindChanges(kind, diff_declared(loaded.by_name, stored, plan.source)))
     stored_specs = {row.id: row.spec for row in rows}
-    plan.conflicts += notifiers.errors + subscription_errors(tasks, stored_specs, notifiers)
-    plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines("", list(stored)))
+    plan.conflicts += loaded.errors + kind.references(tasks, loaded, stored_specs)
+    files = [f"{kind.name}\0{name}\0{item.spec_hash}\n" for name, item in sorted(loaded.by_name.items())]
+    plan.files_fingerprint = folded(plan.files_fingerprint, files)
+    plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines(kind.name, stored))
     return plan
+
+
+def version(calendar: Mapping[str, Any] | None) -> str | None:
+    """A short digest of a calendar as a task stores it: the same calendar, the same text."""
+    if calendar is None:
+        return None
+    text = json.dumps(calendar, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def calendar_fields(stored: Mapping[str, Any] | None, desired: Mapping[str, Any] | None) -> list[FieldDiff]:
+    """The calendars a task names whose applied version differs from the files': `calendars.NAME` old → new
+    (a digest of each; the calendar's own change shows what changed in it)."""
+    stored, desired = stored or {}, desired or {}
+    return [
+        FieldDiff(f"calendars.{name}", version(stored.get(name)), version(desired.get(name)))
+        for name in sorted({*stored, *desired})
+        if stored.get(name) != desired.get(name)
+    ]

@@ -1,4 +1,4 @@
-"""JSON Schemas of the files users write, generated from the pydantic models (`reconciler schema`).
+"""JSON Schemas of the files users write, generated from each kind's pydantic model (`reconciler schema`).
 
 The schema is an editor's aid (taplo / Even Better TOML) and a CI check of a file's shape: keys,
 types, kinds, ranges. `reconciler validate` stays the authority (cron syntax, time zones, literal
@@ -12,58 +12,15 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, PlainValidator
+from pydantic import PlainValidator, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from reconciler.errors import UserError
-from reconciler.spec.calendar import WEEKDAYS, CalendarFile, LocalDate, Weekday
-from reconciler.spec.limit import LimitSpec
-from reconciler.spec.notifier import NotifierFile
-from reconciler.spec.task import TaskSpec
+from reconciler.spec.calendar import WEEKDAYS, LocalDate, Weekday
 from reconciler.spec.values import MAX_CLOCK_TIMES, MAX_TEXT, ClockTimes, EnvRef, SecretRef, StrOrEnv, When
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
-
-class Kind(typing.NamedTuple):
-    """One kind of file: its top-level model and how the schema introduces it."""
-
-    model: type[BaseModel]
-    title: str
-    description: str
-
-
-# `schema/{kind}.schema.json` is committed for each; cli.py's `--kind` choices name the same keys.
-KINDS: dict[str, Kind] = {
-    "task": Kind(
-        TaskSpec,
-        "reconciler task file",
-        "One TOML file under tasks.d/: one scheduled HTTP call. Checks keys, types and ranges; "
-        "`reconciler validate` checks the rest (cron expressions, time zones, secrets, DST).",
-    ),
-    "notifier": Kind(
-        NotifierFile,
-        "reconciler notifier file",
-        "One TOML file in notifiers.d/: where a task's events are sent (kind webhook or slack). Checks keys, "
-        "types and ranges; `reconciler validate` checks the rest (URLs, secrets, the tasks' subscriptions).",
-    ),
-    "calendar": Kind(
-        CalendarFile,
-        "reconciler calendar file",
-        "One TOML file in calendars.d/: business days (kind business_days) or blackout windows (kind blackout) "
-        "that tasks name. Checks keys, types and ranges; `reconciler validate` checks the rest (countries and "
-        "subdivisions of the holidays package, cron expressions, time zones, DST).",
-    ),
-    "limit": Kind(
-        LimitSpec,
-        "reconciler limit file",
-        "One TOML file in limits.d/: how many runs of the tasks that name it may be in flight at once "
-        "(max_in_flight) and how many may start a second (rate_per_second, burst). Checks keys, types and ranges; "
-        "`reconciler validate` checks the rest (one of max_in_flight and rate_per_second, burst only with a rate, "
-        "the tasks' names of limits).",
-    ),
-}
 
 _CLOCK = r"^\s*([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]+)?)?\s*$"
 # A TOML local date-time as a string: JSON Schema's `date-time` format requires an offset.
@@ -141,18 +98,16 @@ class FileSchema(GenerateJsonSchema):
         return build(self)
 
 
-def file_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema of one kind of file, as users write it."""
-    if kind not in KINDS:
-        raise UserError(f"unknown schema kind {kind!r}; kinds: {', '.join(KINDS)}")
-    model, title, description = KINDS[kind]
-    body = model.model_json_schema(mode="validation", schema_generator=FileSchema)
+def file_schema(kind: str, model: Any, title: str, description: str) -> dict[str, Any]:
+    """The JSON Schema of one kind of file (`model`: its pydantic model, or a tagged union of models), as users
+    write it."""
+    body = TypeAdapter(model).json_schema(mode="validation", schema_generator=FileSchema)
     body.pop("title", None)
     body.pop("description", None)
     head = {"$schema": DIALECT, "$id": f"urn:reconciler:schema:{kind}", "title": title, "description": description}
     return {**head, **body}
 
 
-def render(kind: str) -> str:
+def render(kind: str, model: Any, title: str, description: str) -> str:
     """The schema as committed under `schema/`: indented JSON, one final newline."""
-    return json.dumps(file_schema(kind), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(file_schema(kind, model, title, description), indent=2, ensure_ascii=False) + "\n"

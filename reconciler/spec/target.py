@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Annotated, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, JsonValue, field_validator
@@ -181,3 +183,28 @@ def _one_body(json_body: JsonValue, body: str | None) -> str | None:
     if json_body is not None and body is not None:
         return 'give either json = {...} or body = "...", not both'
     return None
+
+
+def target_line(target: Mapping[str, Any]) -> str:
+    """A stored target in one line: `POST https://host/path (auth bearer; headers A, B; body json 120 B; timeout
+    10 s)`. The URL as stored: whoever shows the line masks it (output/masking.py)."""
+    parts: list[str] = []
+    auth = target.get("auth")
+    if isinstance(auth, dict):
+        parts.append(f"auth {auth.get('kind', '?')}")
+    headers = target.get("headers")
+    if isinstance(headers, dict) and headers:
+        parts.append("headers " + ", ".join(sorted(map(str, headers))))
+    query = target.get("query")
+    if isinstance(query, dict) and query:
+        parts.append("query " + ", ".join(sorted(map(str, query))))
+    if target.get("json") is not None:
+        parts.append(f"body json {len(json.dumps(target['json'], separators=(',', ':')).encode())} B")
+    elif isinstance(target.get("body"), str):
+        parts.append(f"body text {len(target['body'].encode())} B")
+    timeout = target.get("timeout_seconds")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        parts.append(f"timeout {timeout:g} s")
+    elif timeout is not None:
+        parts.append(f"timeout {json.dumps(timeout)}")
+    return f"{target.get('method', 'POST')} {target.get('url', '?')}" + (f" ({'; '.join(parts)})" if parts else "")

@@ -421,11 +421,13 @@ def test_a_limit_row_exports_as_its_file_and_an_odd_one_with_a_warning(
 ) -> None:
     """A limit row as `limits.d/NAME.toml` (no database): its numbers in their types; a row edited by hand into
     something a file cannot say is written as stored or skipped, with a warning naming it."""
-    from reconciler.reconcile.export import export_limit
-    from reconciler.reconcile.limits import LimitRow
+    from reconciler.files.limits import LIMITS
+    from reconciler.reconcile.diff import StoredRow
+    from reconciler.reconcile.export import Placeholders, export_item
 
-    exported = export_limit(LimitRow("default", "billing-api", spec, spec_hash(spec) if isinstance(spec, dict) else ""))
+    row = StoredRow("default", "billing-api", spec, spec_hash(spec) if isinstance(spec, dict) else "")
+    exported = export_item(LIMITS, row, Placeholders())
     assert exported.text == text
     assert [w.startswith(f"limit billing-api: {warning}") for w in exported.warnings] == ([True] if warning else [])
-    skipped = export_limit(LimitRow("default", "Billing API", {"max_in_flight": 4}, ""))
+    skipped = export_item(LIMITS, StoredRow("default", "Billing API", {"max_in_flight": 4}, ""), Placeholders())
     assert skipped.text is None and skipped.warnings == ["limit Billing API: skipped, the name cannot be a file name"]

@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from reconciler.cli.declared import declared_dirs
 from reconciler.cli.options import FilesOptions
 from reconciler.cli.parser import build_parser, parse
 from reconciler.files.kinds import Kind
+from reconciler.files.locations import DIRECTORY_OPTIONS
 from reconciler.files.registry import KINDS
 from tests.ecosystem.test_workflows import workflow
 
@@ -79,8 +79,8 @@ def gaps(kinds: Kinds) -> list[str]:
             found.append(f"action.yml's prepare step does not pass input {name} as {kind.option}")
         if kind.option not in options:
             found.append(f"the command line has no global option {kind.option}")
-        if kind.option.removeprefix("--").replace("-", "_") not in FilesOptions.__dataclass_fields__:
-            found.append(f"FilesOptions has no field for {kind.option} (watch, up and apply's dirty check read it)")
+        if (kind.name, kind.directory, kind.option) not in DIRECTORY_OPTIONS:
+            found.append(f"DIRECTORY_OPTIONS has no {kind.option} (the command line builds its options from it)")
     return found
 
 
@@ -109,8 +109,14 @@ def test_a_kind_added_to_the_registry_alone_fails_the_check_naming_every_place()
         ".pre-commit-hooks.yaml files",
         "action.yml",
         "the command line",
-        "FilesOptions",
+        "DIRECTORY_OPTIONS",
     ]
+
+
+def test_the_command_lines_light_list_of_directories_is_the_registrys() -> None:
+    """cli/options.py keeps the kinds' directories as plain strings (the CLI starts without importing the kinds):
+    the same kinds, in the same order."""
+    assert list(DIRECTORY_OPTIONS) == [(kind.name, kind.directory, kind.option) for kind in KINDS]
 
 
 def test_the_hook_pattern_takes_every_declared_file_and_nothing_else() -> None:
@@ -125,4 +131,4 @@ def test_the_hook_pattern_takes_every_declared_file_and_nothing_else() -> None:
 
 def test_watch_and_up_watch_the_directory_of_every_kind(tmp_path: Path) -> None:
     args = parse(["--tasks-dir", str(tmp_path / "tasks.d"), "watch"])
-    assert declared_dirs(FilesOptions.of(args)) == [tmp_path / kind.directory for kind in KINDS]
+    assert FilesOptions.of(args).dirs.listed() == [tmp_path / kind.directory for kind in KINDS]

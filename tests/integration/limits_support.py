@@ -10,7 +10,8 @@ import psycopg
 from reconciler.db.store import Store
 from reconciler.files.kinds import validate
 from reconciler.files.limits import LIMITS
-from reconciler.reconcile.limits import LimitChange, write_limits
+from reconciler.reconcile.declared import write_changes
+from reconciler.reconcile.diff import ItemChange
 
 
 async def add_limit(store: Store, name: str, *, source: str = "default", **numbers: Any) -> None:
@@ -19,7 +20,7 @@ async def add_limit(store: Store, name: str, *, source: str = "default", **numbe
     limit, errors = validate(LIMITS, name, f"limits.d/{name}.toml", text)
     assert limit is not None, errors
     async with store.transaction() as conn:
-        await write_limits(conn, [LimitChange("create", name, item=limit)], source)
+        await write_changes(conn, LIMITS, [ItemChange("create", name, item=limit)], source)
 
 
 def refill_at(dsn: str, name: str, moment: datetime) -> None:

@@ -14,8 +14,7 @@ import psycopg
 
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine
-from reconciler.files.calendar_refs import bind_all, calendar_errors
-from reconciler.files.calendars import load_calendars
+from reconciler.files.calendars import CALENDARS, load_calendars
 from reconciler.files.tasks import load_dir
 from reconciler.reconcile.apply import apply_tasks, read_plan
 from reconciler.reconcile.plan import Plan
@@ -57,11 +56,11 @@ def write(root: Path, tasks: dict[str, str], calendars: dict[str, str]) -> Path:
 async def apply(store: Store, root: Path, now: datetime, plan_only: bool = False) -> Plan:
     loaded = load_dir(root / "tasks.d", "tasks.d")
     calendars = load_calendars(root / "calendars.d", "calendars.d", year=now.year)
-    assert [*loaded.errors, *calendars.errors, *calendar_errors(loaded.tasks, calendars)] == []
-    tasks = bind_all(loaded.tasks, calendars)
+    assert [*loaded.errors, *calendars.errors, *CALENDARS.references(loaded.tasks, calendars, None)] == []
+    tasks = CALENDARS.bind(loaded.tasks, calendars)
     if plan_only:
-        return await read_plan(store, tasks, "default", now, calendars=calendars)
-    return (await apply_tasks(store, tasks, "default", now, calendars=calendars)).plan
+        return await read_plan(store, tasks, "default", now, declared=[calendars])
+    return (await apply_tasks(store, tasks, "default", now, declared=[calendars])).plan
 
 
 async def test_the_engine_fires_on_business_days_only_and_records_no_run_for_a_holiday(
@@ -110,7 +109,7 @@ async def test_a_calendar_change_retimes_the_tasks_that_name_it_and_apply_writes
         {"us": US + "extra_holidays = [2025-09-02]\n", "freeze": FREEZE},
     )
     plan = await apply(store, tmp_path, FRIDAY, plan_only=True)
-    [calendar] = plan.calendars
+    [calendar] = plan.changes_of(CALENDARS)
     assert (calendar.op, calendar.name) == ("update", "us")
     assert [f.path for f in calendar.fields] == ["extra_holidays"]
     [retimed] = [c for c in plan.changes if c.writes]

@@ -26,7 +26,9 @@ from reconciler.db import task_writes
 from reconciler.db.store import Store
 from reconciler.files import digests as loader
 from reconciler.files.tasks import LoadResult, load_dir
-from reconciler.output.planview import plan_json, plan_markdown, plan_text
+from reconciler.output.plan_json import plan_json
+from reconciler.output.plan_markdown import plan_markdown
+from reconciler.output.plan_text import plan_text
 from reconciler.reconcile.apply import PlanRefused, apply_tasks, load_files, read_plan
 from reconciler.reconcile.plan import Plan
 from tests.builders import cron_trigger, task_text, write_tasks

@@ -157,7 +157,7 @@ async def test_watch_records_a_dirty_tree_without_a_word(
     monkeypatch.setenv("CI", "1")  # watch and up are for the working tree: not refused even so
     head = git(repo, "rev-parse", "HEAD")
     write_tasks(repo / "tasks.d", {"b": cron("http://127.0.0.1:9/b")})
-    files = FilesOptions(tasks_dir=str(repo / "tasks.d"), notifiers_dir=str(repo / "notifiers.d"))
+    files = FilesOptions.beside(str(repo / "tasks.d"))
     await apply_files(store, WatchOptions(files))
     assert "Plan: 2 to create" in capsys.readouterr().out
     assert history(dsn) == [(f"{head}-dirty", "first")]

@@ -14,10 +14,11 @@ from typing import Any
 import psycopg
 
 from reconciler.db.store import Store
-from reconciler.files.limit_refs import limit_errors
-from reconciler.files.limits import load_limits
+from reconciler.files.limits import LIMITS, load_limits
 from reconciler.files.tasks import load_dir
-from reconciler.output.planview import plan_json, plan_markdown, plan_text
+from reconciler.output.plan_json import plan_json
+from reconciler.output.plan_markdown import plan_markdown
+from reconciler.output.plan_text import plan_text
 from reconciler.reconcile.apply import apply_tasks, read_plan
 from reconciler.reconcile.plan import Plan
 from tests.builders import run_reconciler, write_tasks
@@ -40,10 +41,10 @@ def write(root: Path, tasks: dict[str, str], limits: dict[str, str]) -> Path:
 async def apply(store: Store, root: Path, plan_only: bool = False, source: str = "default") -> Plan:
     loaded = load_dir(root / "tasks.d", "tasks.d")
     limits = load_limits(root / "limits.d", "limits.d")
-    assert [*loaded.errors, *limits.errors, *limit_errors(loaded.tasks, limits)] == []
+    assert [*loaded.errors, *limits.errors, *LIMITS.references(loaded.tasks, limits, None)] == []
     if plan_only:
-        return await read_plan(store, loaded.tasks, source, NOW, limits=limits)
-    return (await apply_tasks(store, loaded.tasks, source, NOW, limits=limits)).plan
+        return await read_plan(store, loaded.tasks, source, NOW, declared=[limits])
+    return (await apply_tasks(store, loaded.tasks, source, NOW, declared=[limits])).plan
 
 
 def rows(dsn: str) -> list[tuple[Any, ...]]:
@@ -59,7 +60,7 @@ async def test_a_limit_is_created_changed_and_deleted_and_apply_writes_its_numbe
 ) -> None:
     write(tmp_path, {"charge": task()}, {"billing-api": BILLING, "only-runs": "max_in_flight = 2\n"})
     plan = await apply(store, tmp_path, plan_only=True)
-    assert [(c.op, c.name) for c in plan.limits] == [("create", "billing-api"), ("create", "only-runs")]
+    assert [(c.op, c.name) for c in plan.changes_of(LIMITS)] == [("create", "billing-api"), ("create", "only-runs")]
     text = plan_text(plan)
     assert "+ limit billing-api\n+     at most 4 in flight; 10 a second, bursts of 10" in text
     assert "+ limit only-runs\n+     at most 2 in flight" in text
@@ -82,8 +83,8 @@ async def test_a_limit_is_created_changed_and_deleted_and_apply_writes_its_numbe
     # A changed rate and burst: the plan shows each field, apply writes the new bucket.
     write(tmp_path, {"charge": task()}, {"billing-api": BILLING.replace("10.0", "20.0") + "burst = 5\n"})
     plan = await apply(store, tmp_path, plan_only=True)
-    assert [(c.op, c.name) for c in plan.limits] == [("update", "billing-api"), ("delete", "only-runs")]
-    [update, delete] = plan.limits
+    assert [(c.op, c.name) for c in plan.changes_of(LIMITS)] == [("update", "billing-api"), ("delete", "only-runs")]
+    [update, delete] = plan.changes_of(LIMITS)
     assert [(f.path, f.old, f.new) for f in update.fields] == [("burst", None, 5), ("rate_per_second", 10.0, 20.0)]
     text = plan_text(plan)
     assert "~ limit billing-api\n~     burst: (absent) → 5\n~     rate_per_second: 10.0 → 20.0" in text

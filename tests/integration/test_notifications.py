@@ -12,10 +12,11 @@ import psycopg
 
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine
-from reconciler.files.notifiers import load_notifiers
+from reconciler.files.notifiers import NOTIFIERS, load_notifiers
 from reconciler.files.tasks import load_dir
 from reconciler.notify.events import late_scan
-from reconciler.output.planview import plan_dict, plan_text
+from reconciler.output.plan_json import plan_dict
+from reconciler.output.plan_text import plan_text
 from reconciler.reconcile.apply import apply_tasks, read_plan
 from tests.builders import run_reconciler, start_engines, stop, wait_registered, write_tasks
 from tests.helpers import wait_until
@@ -28,7 +29,7 @@ async def apply_dirs(store: Store, root: Path, now: datetime) -> int:
     assert loaded.errors == [], loaded.errors
     notifiers = load_notifiers(root / "notifiers.d", "notifiers.d")
     assert notifiers.errors == [], notifiers.errors
-    return (await apply_tasks(store, loaded.tasks, "default", now, notifiers=notifiers)).written
+    return (await apply_tasks(store, loaded.tasks, "default", now, declared=[notifiers])).written
 
 
 def outbox(dsn: str) -> list[dict[str, object]]:
@@ -137,20 +138,20 @@ async def test_notifiers_are_planned_applied_and_checked_against_subscriptions(
     )
     loaded = load_dir(tmp_path / "tasks.d", "tasks.d")
     notifiers = load_notifiers(tmp_path / "notifiers.d", "notifiers.d")
-    plan = await read_plan(store, loaded.tasks, "default", NOW, notifiers=notifiers)
+    plan = await read_plan(store, loaded.tasks, "default", NOW, declared=[notifiers])
     text = plan_text(plan)
     assert "+ notifier chat" in text and "slack (URL from $SLACK_URL" in text and "+ notifier oncall" in text
     assert [n["name"] for n in plan_dict(plan)["notifiers"]] == ["chat", "oncall"]  # type: ignore[index]
     assert await apply_dirs(store, tmp_path, NOW) == 3
-    again = await read_plan(store, loaded.tasks, "default", NOW, notifiers=notifiers)
+    again = await read_plan(store, loaded.tasks, "default", NOW, declared=[notifiers])
     assert not again.has_changes and "notifiers" not in plan_dict(again)
     # A changed notifier is an update with its field diff; a subscription to a deleted one is refused.
     (tmp_path / "notifiers.d/oncall.toml").write_text(webhook("https://hooks.example.com/b"))
     (tmp_path / "notifiers.d/chat.toml").unlink()
     notifiers = load_notifiers(tmp_path / "notifiers.d", "notifiers.d")
     loaded = load_dir(tmp_path / "tasks.d", "tasks.d")
-    plan = await read_plan(store, loaded.tasks, "default", NOW, notifiers=notifiers)
-    assert [(n.op, n.name) for n in plan.notifiers] == [("delete", "chat"), ("update", "oncall")]
+    plan = await read_plan(store, loaded.tasks, "default", NOW, declared=[notifiers])
+    assert [(n.op, n.name) for n in plan.changes_of(NOTIFIERS)] == [("delete", "chat"), ("update", "oncall")]
     assert any("notify.failure: no notifier 'chat' in notifiers.d" in r for r in plan.refused), plan.refused
     assert "hooks.example.com/b" in plan_text(plan)
 

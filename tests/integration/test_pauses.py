@@ -103,7 +103,7 @@ async def test_a_paused_occurrence_raises_no_missed_and_no_late(
     )
     loaded = load_dir(tmp_path / "tasks.d", "tasks.d")
     notifiers = load_notifiers(tmp_path / "notifiers.d", "notifiers.d")
-    await apply_tasks(store, loaded.tasks, "default", NOW, notifiers=notifiers)
+    await apply_tasks(store, loaded.tasks, "default", NOW, declared=[notifiers])
     pause_row(dsn, "a")
     assert await late_scan(store, NOW + 30 * MINUTE) == 0  # nobody is meant to claim a paused occurrence
     await engine.run_once(NOW + 30 * MINUTE)  # six occurrences due, coalesced: all skipped

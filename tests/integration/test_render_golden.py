@@ -15,7 +15,7 @@ import pytest
 
 from reconciler.db.store import Store
 from reconciler.files.tasks import load_dir
-from reconciler.output import planview
+from reconciler.output import plan_json, plan_markdown, plan_text
 from reconciler.reconcile.apply import apply_tasks, read_plan
 from tests.builders import write_tasks
 
@@ -41,7 +41,7 @@ CHANGED = {
 
 @pytest.mark.parametrize(
     ("name", "renderer"),
-    [("plan.txt", planview.plan_text), ("plan.md", planview.plan_markdown), ("plan.json", planview.plan_json)],
+    [("plan.txt", plan_text.plan_text), ("plan.md", plan_markdown.plan_markdown), ("plan.json", plan_json.plan_json)],
 )
 async def test_plan_rendering_matches_golden(store: Store, dsn: str, tmp_path: Path, name: str, renderer) -> None:  # type: ignore[no-untyped-def]
     write_tasks(tmp_path, BASE, replace=True)

@@ -30,7 +30,7 @@ async def test_init_twice_is_a_noop(dsn: str) -> None:
         "notifications",
         "notify_state",
     }
-    assert tables == declared | {"leader", "pauses", "audit", "backfills", "limits"}
+    assert tables == declared | {"leader", "pauses", "audit", "backfills", "limits", "declared"}
     assert {"tasks_due_idx", "runs_occurrence_uniq"} <= indexes
 
 

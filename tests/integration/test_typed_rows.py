@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from reconciler.db import apply_queries, command_queries, operator_queries, queries
+from reconciler.db import command_queries, declared, operator_queries, queries
 from reconciler.db.store import QUERIES, Store
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -17,7 +17,6 @@ LISTED = {"task_id": None, "status": None, "limit": 1}
 
 # statement → (its row type, parameters that run it)
 TYPED: dict[str, tuple[type, dict[str, Any]]] = {
-    "notifiers_all": (apply_queries.StoredNotifierRow, {}),
     "status_rows": (command_queries.StatusRow, {}),
     "engines_live": (command_queries.EngineRow, {"seconds": 30.0}),
     "applies_live_sources": (command_queries.LiveSourceRow, {}),
@@ -42,3 +41,22 @@ async def test_a_typed_row_has_its_statements_columns(store: Store, dsn: str, qu
         assert cursor.description is not None
         columns = [column.name for column in cursor.description]
     assert columns == list(row_type.__annotations__), query
+
+
+@pytest.mark.parametrize("table", ["notifiers", "calendars", "limits", "declared"])
+async def test_the_stored_items_of_every_declared_table_have_the_typed_rows_columns(store: Store, table: str) -> None:
+    """db/declared.py composes one statement for every kind stored whole; its rows are StoredItemRow's."""
+    async with store.transaction() as conn:
+        await declared.item_upsert(
+            conn,
+            table=table,
+            kind="limit",
+            source="s",
+            name="n",
+            spec='{"max_in_flight": 1}',
+            spec_hash="h",
+            columns={},
+            created={},
+        )
+        [row] = await declared.stored_items(conn, table=table, kind="limit")
+    assert list(row) == list(declared.StoredItemRow.__annotations__)

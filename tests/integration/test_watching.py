@@ -17,7 +17,7 @@ TASK = '[trigger]\nkind = "interval"\nseconds = 60\n[target]\nurl = "http://127.
 
 
 def options(root: Path) -> WatchOptions:
-    files = FilesOptions(tasks_dir=str(root / "tasks.d"), notifiers_dir=str(root / "notifiers.d"))
+    files = FilesOptions.beside(str(root / "tasks.d"))
     return WatchOptions(files, prune=True, debounce_ms=50)
 
 

@@ -11,7 +11,9 @@ import pytest
 from reconciler.engine.claim_plan import Pause, decide_paused
 from reconciler.errors import UserError
 from reconciler.operate.audit import MAX_TEXT, Operator, checked, one_source, whoami
-from reconciler.output.planview import plan_dict, plan_markdown, plan_text
+from reconciler.output.plan_json import plan_dict
+from reconciler.output.plan_markdown import plan_markdown
+from reconciler.output.plan_text import plan_text
 from reconciler.output.text import audit_line, pause_line
 from reconciler.reconcile.plan import make_plan
 

@@ -1,57 +1,22 @@
-"""A kind of declared file costs a model and a registration: a `greetings.d/` kind, made here only, is read,
-checked with one-line errors (file, line, key, fix), digested and diffed by the code tasks and notifiers use."""
+"""A kind of declared file costs a model and a registration: a `greetings.d/` kind (tests/greetings.py) is read,
+checked with one-line errors (file, line, key, fix), digested and diffed by the code tasks and notifiers use;
+tests/integration/test_new_kind.py takes it through validate, plan, apply, export and the JSON Schema."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from reconciler.files.calendars import CALENDARS
 from reconciler.files.directory import read_dir
-from reconciler.files.kinds import Declared, Kind, spec_hash, validate
+from reconciler.files.kinds import spec_hash, validate
 from reconciler.files.limits import LIMITS
 from reconciler.files.notifiers import NOTIFIERS
 from reconciler.files.registry import KINDS
 from reconciler.files.tasks import TASKS
 from reconciler.reconcile.diff import FieldDiff, diff_declared
-from reconciler.spec.model import Model
-
-
-class GreetingSpec(Model):
-    """A greeting file: what to say."""
-
-    text: str = Field(max_length=20)
-
-
-@dataclass(frozen=True)
-class Greeting(Declared):
-    name: str
-    path: str
-    spec: GreetingSpec
-    source: str = field(default="", repr=False)
-
-    def key(self) -> str:
-        return self.name
-
-    def model(self) -> GreetingSpec:
-        return self.spec
-
-
-class GreetingKind(Kind[Greeting]):
-    name = "greeting"
-    directory = "greetings.d"
-    option = "--greetings-dir"
-    model = GreetingSpec
-    empty = 'empty greeting file; write text = "hello"'
-
-    def item(self, item_id: str, display: str, source: str, spec: Any, digest: str | None) -> Greeting:
-        return Greeting(item_id, display, spec, source)
-
-
-GREETINGS = GreetingKind()
+from tests.greetings import GREETINGS
 
 
 def write(root: Path, files: dict[str, str | bytes]) -> None:
@@ -117,7 +82,7 @@ def test_a_new_kind_is_digested_and_diffed_like_notifiers() -> None:
         Row("other", "mine", {"text": "x"}, spec_hash({"text": "x"})),
     ]
     changes = diff_declared({"hello": hello}, rows, "main")
-    assert [(op, name, fields) for op, name, fields, _, _ in changes] == [
+    assert [(c.op, c.name, c.fields) for c in changes] == [
         ("delete", "bye", []),
         ("update", "hello", [FieldDiff("text", "hi", "hello")]),
     ]
@@ -149,7 +114,9 @@ def test_the_allowed_keys_are_read_from_the_models() -> None:
     assert GREETINGS.keys.allowed == {(): ["text"]}
 
 
-def test_the_registry_and_the_schemas_name_the_same_kinds() -> None:
-    from reconciler.spec.jsonschema import KINDS as SCHEMAS
+def test_every_kind_of_the_registry_has_a_json_schema() -> None:
+    from reconciler.spec.jsonschema import file_schema
 
-    assert sorted(kind.name for kind in KINDS) == sorted(SCHEMAS)
+    for kind in (*KINDS, GREETINGS):
+        schema = file_schema(kind.name, kind.model, kind.title, kind.description)
+        assert schema["$id"] == f"urn:reconciler:schema:{kind.name}" and schema["title"] == kind.title

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.engine.claim_plan import decide
-from reconciler.files.notifiers import load_notifiers, validate_notifier
-from reconciler.files.subscriptions import subscription_errors
+from reconciler.files.notifiers import NOTIFIERS, load_notifiers, validate_notifier
 from reconciler.files.tasks import load_dir
 from reconciler.notify.events import Ended, State, stateful, transitions
 from reconciler.spec.task import Policy
@@ -89,7 +88,7 @@ def test_a_subscription_to_an_unknown_notifier_names_the_line_and_the_nearest_na
     (tmp_path / "n").mkdir()
     (tmp_path / "n" / "oncall.toml").write_text('kind = "slack"\nurl = { env = "S" }\n')
     tasks = load_dir(tmp_path, "tasks.d").tasks
-    errors = [str(e) for e in subscription_errors(tasks, {}, load_notifiers(tmp_path / "n", "notifiers.d"))]
+    errors = [str(e) for e in NOTIFIERS.references(tasks, load_notifiers(tmp_path / "n", "notifiers.d"), None)]
     assert errors == [
         "tasks.d/job.toml:7: notify.failure: no notifier 'oncal' in notifiers.d; did you mean 'oncall'?",
         "tasks.d/job.toml:8: notify.late: no notifier 'nobody' in notifiers.d; add notifiers.d/nobody.toml or "
@@ -127,7 +126,7 @@ def test_a_task_naming_an_invalid_notifier_file_is_not_blamed_for_it(tmp_path: P
     assert [str(e) for e in notifiers.errors] == [
         "notifiers.d/oncall.toml:2: url: Input should be a valid string (got int)"
     ]
-    assert subscription_errors(load_dir(tmp_path / "t", "tasks.d").tasks, {}, notifiers) == []
+    assert NOTIFIERS.references(load_dir(tmp_path / "t", "tasks.d").tasks, notifiers, None) == []
 
 
 @pytest.mark.parametrize(

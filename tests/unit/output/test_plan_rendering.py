@@ -19,7 +19,7 @@ from reconciler.cli.parser import main
 from reconciler.db.errors import scrub_dsn_echo
 from reconciler.db.rows import TaskRow
 from reconciler.files.tasks import Task, load_dir, load_text
-from reconciler.output import planview
+from reconciler.output import plan_json, plan_markdown, plan_text
 from reconciler.output.masking import MASK, mask_spec, mask_text, mask_url
 from reconciler.output.text import safe
 from reconciler.reconcile.plan import make_plan
@@ -88,8 +88,8 @@ def named_ids(markdown: str) -> set[str]:
 )
 def test_markdown_for_2000_new_tasks_fits_a_comment_and_names_every_id(make_id: Callable[[int], str]) -> None:
     tasks = [one(make_id(i)) for i in range(2000)]
-    text = planview.plan_markdown(make_plan(tasks, [], "default", NOW))
-    assert len(text) <= planview.MARKDOWN_BUDGET < planview.GITHUB_COMMENT_LIMIT - 1000
+    text = plan_markdown.plan_markdown(make_plan(tasks, [], "default", NOW))
+    assert len(text) <= plan_markdown.MARKDOWN_BUDGET < plan_markdown.GITHUB_COMMENT_LIMIT - 1000
     assert named_ids(text) == {t.id for t in tasks}
     assert "more change(s)**, full plan in the job log" in text
     fences_hold(text)
@@ -97,16 +97,16 @@ def test_markdown_for_2000_new_tasks_fits_a_comment_and_names_every_id(make_id: 
 
 def test_markdown_budget_holds_for_long_ids_and_many_refusals() -> None:
     tasks = [one(f"{'x' * 60}/{'y' * 60}/n{i:04d}") for i in range(600)]
-    text = planview.plan_markdown(make_plan(tasks, [], "default", NOW))
-    assert len(text) <= planview.MARKDOWN_BUDGET and named_ids(text) == {t.id for t in tasks}
+    text = plan_markdown.plan_markdown(make_plan(tasks, [], "default", NOW))
+    assert len(text) <= plan_markdown.MARKDOWN_BUDGET and named_ids(text) == {t.id for t in tasks}
     fences_hold(text)
     rows = [row_of(t) for t in tasks]  # every file's id belongs to another source: 600 conflicts
     plan = make_plan(
         tasks, [TaskRow(r.id, "other", r.spec_text, r.spec_hash, True, "UTC", None) for r in rows], "me", NOW
     )
     plan.refused = [str(c) for c in plan.conflicts] * 4
-    text = planview.plan_markdown(plan)
-    assert len(text) <= planview.MARKDOWN_BUDGET and "… and 2380 more (all of them in the job log)" in text
+    text = plan_markdown.plan_markdown(plan)
+    assert len(text) <= plan_markdown.MARKDOWN_BUDGET and "… and 2380 more (all of them in the job log)" in text
     fences_hold(text)
 
 
@@ -115,7 +115,7 @@ def test_every_change_kind_is_marked_where_github_colours_it() -> None:
     moved = one("new-name", 'moved_from = "old-name"\n' + BASE)
     desired = [kept, one("edited", BASE.replace("@daily", "@hourly")), moved, one("fresh")]
     rows = [row_of(kept), row_of(edited), row_of(gone), row_of(one("old-name"))]
-    text = planview.plan_markdown(make_plan(desired, rows, "default", NOW))
+    text = plan_markdown.plan_markdown(make_plan(desired, rows, "default", NOW))
     diff_lines = [line for block in re.findall(r"```diff\n(.*?)\n```", text, re.S) for line in block.split("\n")]
     assert diff_lines and all(line[0] in "+-!" for line in diff_lines), diff_lines
     for marker in ("🟢 create fresh", "🟡 update edited", "🔵 move old-name → new-name", "🔴 delete gone"):
@@ -129,7 +129,7 @@ def test_hostile_content_stays_in_its_fence_and_never_reaches_a_terminal_raw() -
     task = one("victim", f'description = """fine\n```\n</details>\n~~~\n"""\n{BASE}')  # a fence from the file
     row = row_of(task, description=HOSTILE, target={**task.normalized["target"], "method": HOSTILE})
     plan = make_plan([task], [row], "src\x1b[31m`", NOW)
-    text, markdown = planview.plan_text(plan), planview.plan_markdown(plan)
+    text, markdown = plan_text.plan_text(plan), plan_markdown.plan_markdown(plan)
     for shown in (text, markdown):
         assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", shown), shown
     fences_hold(markdown)
@@ -142,8 +142,8 @@ def test_hostile_ids_from_the_database_are_escaped_in_the_id_listing() -> None:
     rows = [row_of(one(f"t{i:04d}")) for i in range(3000)]
     rows.append(TaskRow(evil, "default", rows[0].spec_text, rows[0].spec_hash, True, "UTC", None))
     plan = make_plan([], rows, "default", NOW)
-    markdown = planview.plan_markdown(plan)
-    assert len(markdown) <= planview.MARKDOWN_BUDGET
+    markdown = plan_markdown.plan_markdown(plan)
+    assert len(markdown) <= plan_markdown.MARKDOWN_BUDGET
     assert "\x1b" not in markdown
     outside = re.sub(r"(?ms)^(`{3,})(diff|text)$.*?^\1$", "", markdown)  # fenced text is shown literally
     for raw in ("<img", "@octocat", "](http", "`<"):
@@ -166,7 +166,7 @@ def test_secrets_in_an_older_row_are_masked_in_every_format() -> None:
         "query": {"access_token": "hunter5"},
     }
     plan = make_plan([], [row_of(task, target=old_target)], "default", NOW, prune=True)
-    for shown in (planview.plan_text(plan), planview.plan_markdown(plan), planview.plan_json(plan)):
+    for shown in (plan_text.plan_text(plan), plan_markdown.plan_markdown(plan), plan_json.plan_json(plan)):
         assert "hunter" not in shown, shown
         assert "api.example.com" in shown and "X-Api-Key" in shown and "page=2" in shown
     assert "hunter" not in json.dumps(mask_spec(json.loads(row_of(task, target=old_target).spec_text)))
@@ -200,7 +200,7 @@ def test_usage_errors_exit_1_and_abbreviations_are_refused() -> None:
 
 def test_the_shipped_examples_plan_with_their_targets(tmp_path: Path) -> None:
     loaded = load_dir(Path(__file__).parents[3] / "tasks.d", "tasks.d")
-    text = planview.plan_text(make_plan(loaded.tasks, [], "default", NOW))
+    text = plan_text.plan_text(make_plan(loaded.tasks, [], "default", NOW))
     assert text.count("    target: ") == len(loaded.tasks)
     created, target_lines = re.findall(r"^\+ create (\S+)$", text, re.M), re.findall(r"^    target: (.*)$", text, re.M)
     targets = dict(zip(created, target_lines, strict=True))
@@ -223,5 +223,5 @@ def test_rows_edited_into_any_shape_still_render() -> None:
     ]
     for row in shapes:
         for plan in (make_plan([task], [row], "default", NOW), make_plan([], [row], "default", NOW)):
-            for render in (planview.plan_text, planview.plan_markdown, planview.plan_json):
+            for render in (plan_text.plan_text, plan_markdown.plan_markdown, plan_json.plan_json):
                 assert render(plan), (row, render)

@@ -3,9 +3,16 @@ what it is; the tasks that name it are retimed with `calendars.NAME` old → new
 
 from __future__ import annotations
 
-from reconciler.output.planview import SYMBOLS, calendar_lines
-from reconciler.reconcile.calendars import CalendarChange, calendar_fields, version
-from reconciler.reconcile.diff import diff_fields
+from typing import Any
+
+from reconciler.files.calendars import CALENDARS
+from reconciler.output.plan_lines import SYMBOLS, kind_lines
+from reconciler.reconcile.diff import ItemChange, diff_fields
+from reconciler.reconcile.plan import KindChanges, calendar_fields, version
+
+
+def calendar_lines(change: ItemChange[Any]) -> list[str]:
+    return kind_lines(KindChanges(CALENDARS, [change]), SYMBOLS)
 
 OLD = {
     "kind": "business_days",
@@ -23,8 +30,8 @@ NEW = {
 
 
 def test_new_holiday_data_shows_the_dates_added_removed_and_renamed() -> None:
-    change = CalendarChange("update", "us", diff_fields(OLD, NEW), before=OLD)
-    assert calendar_lines(change, SYMBOLS) == [
+    change: ItemChange[Any] = ItemChange("update", "us", diff_fields(OLD, NEW), before=OLD)
+    assert calendar_lines(change) == [
         "~ calendar us",
         "~     ~ holiday 2026-06-19: Juneteenth → Juneteenth National Independence Day",
         "~     - holiday 2026-10-12 Columbus Day",
@@ -39,9 +46,9 @@ def test_a_created_calendar_says_what_it_is() -> None:
     freeze = BlackoutCalendar.model_validate(
         {"kind": "blackout", "window": [{"cron": "0 22 * * 5", "duration": "56h"}]}
     )
-    change = CalendarChange("create", "freeze", calendar=Calendar("freeze", "freeze.toml", freeze))
-    assert calendar_lines(change, SYMBOLS) == ["+ calendar freeze", "+     blackout: 1 window(s) in UTC"]
-    assert calendar_lines(CalendarChange("delete", "us", before=OLD), SYMBOLS) == [
+    change: ItemChange[Any] = ItemChange("create", "freeze", item=Calendar("freeze", "freeze.toml", freeze))
+    assert calendar_lines(change) == ["+ calendar freeze", "+     blackout: 1 window(s) in UTC"]
+    assert calendar_lines(ItemChange("delete", "us", before=OLD)) == [
         "- calendar us",
         "-     business days: weekend sat, sun; 2 holidays of US 2025–2036",
     ]

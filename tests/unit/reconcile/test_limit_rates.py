@@ -45,7 +45,7 @@ def limits(**texts: str) -> Limits:
         limit, errors = validate(LIMITS, name, f"limits.d/{name}.toml", text)
         assert limit is not None, errors
         found[name] = limit
-    return Limits("limits.d", found, [])
+    return Limits(LIMITS, "limits.d", found, [])
 
 
 def warnings(tasks: list[Task], declared: Limits) -> list[str]:

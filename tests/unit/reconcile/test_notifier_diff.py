@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reconciler.files.notifiers import Notifier, Notifiers, validate_notifier
-from reconciler.reconcile.diff import FieldDiff
-from reconciler.reconcile.notifiers import NotifierRow, diff_notifiers
-from reconciler.reconcile.plan import Plan, attach_notifiers
+from reconciler.files.kinds import Named
+from reconciler.files.notifiers import NOTIFIERS, Notifier, validate_notifier
+from reconciler.reconcile.diff import FieldDiff, StoredRow, diff_declared
+from reconciler.reconcile.plan import Plan, attach_declared
 
 SOURCE = "default"
 HOOK = 'kind = "webhook"\nurl = "https://h.example/x"\n'
@@ -22,16 +22,16 @@ def notifier(name: str, text: str = HOOK) -> Notifier:
     return found
 
 
-def stored(name: str, text: str = HOOK, source: str = SOURCE) -> NotifierRow:
+def stored(name: str, text: str = HOOK, source: str = SOURCE) -> StoredRow:
     """The row an apply of this notifier file wrote."""
     written = notifier(name, text)
-    return NotifierRow(source, name, written.normalized, written.spec_hash)
+    return StoredRow(source, name, written.normalized, written.spec_hash)
 
 
 @dataclass(frozen=True)
 class Case:
     files: dict[str, str]
-    rows: list[NotifierRow]
+    rows: list[StoredRow]
     expected: list[tuple[str, str]]  # (op, name), by name
     fields: dict[str, list[str]] = field(default_factory=dict)
 
@@ -66,9 +66,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_diff_notifiers(case: Case) -> None:
+def test_diff_declared(case: Case) -> None:
     desired = {name: notifier(name, text) for name, text in case.files.items()}
-    changes = diff_notifiers(desired, case.rows, SOURCE)
+    changes = diff_declared(desired, case.rows, SOURCE)
     assert [(c.op, c.name) for c in changes] == case.expected
     assert {c.name: [f.path for f in c.fields] for c in changes if c.fields} == case.fields
     for change in changes:
@@ -78,7 +78,7 @@ def test_diff_notifiers(case: Case) -> None:
 
 def test_an_update_carries_old_and_new() -> None:
     moved = 'kind = "webhook"\nurl = "https://h.example/y"\n'
-    [change] = diff_notifiers({"oncall": notifier("oncall", moved)}, [stored("oncall")], SOURCE)
+    [change] = diff_declared({"oncall": notifier("oncall", moved)}, [stored("oncall")], SOURCE)
     assert change.fields == [FieldDiff("url", "https://h.example/x", "https://h.example/y")]
     assert change.before == stored("oncall").spec and change.after == notifier("oncall", moved).normalized
 
@@ -88,11 +88,11 @@ def empty_plan() -> Plan:
 
 
 def test_attaching_changes_the_plan_and_its_fingerprint_only_with_notifier_rows() -> None:
-    files = Notifiers("notifiers.d", {"oncall": notifier("oncall")}, [])
-    bare = attach_notifiers(empty_plan(), files, [], [], [])
-    assert [(c.op, c.name) for c in bare.notifiers] == [("create", "oncall")] and bare.has_changes
+    files = Named(NOTIFIERS, "notifiers.d", {"oncall": notifier("oncall")}, [])
+    bare = attach_declared(empty_plan(), files, [], [], [])
+    assert [(c.op, c.name) for c in bare.changes_of(NOTIFIERS)] == [("create", "oncall")] and bare.has_changes
     assert bare.state_fingerprint == "sha256:state"  # no notifier rows read: the tasks' fingerprint stands
-    one = attach_notifiers(empty_plan(), files, [stored("oncall")], [], [])
-    other = attach_notifiers(empty_plan(), files, [stored("oncall", 'kind = "slack"\nurl = { env = "S" }\n')], [], [])
-    assert one.notifiers == [] and not one.has_changes
+    one = attach_declared(empty_plan(), files, [stored("oncall")], [], [])
+    other = attach_declared(empty_plan(), files, [stored("oncall", 'kind = "slack"\nurl = { env = "S" }\n')], [], [])
+    assert one.changes_of(NOTIFIERS) == [] and not one.has_changes
     assert len({"sha256:state", one.state_fingerprint, other.state_fingerprint}) == 3  # any stored change shows
