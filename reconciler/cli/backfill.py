@@ -1,64 +1,73 @@
 """`reconciler backfill`: list (dry run) or queue a past range of a task's occurrences, follow it (`--wait`),
-list backfills (`--list`), cancel one (`--cancel N`). Each function takes parsed arguments and returns an
-exit code."""
+list backfills (`--list`), cancel one (`--cancel N`). A typed function of its options returning an exit code;
+what talks to the database is imported inside it."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from reconciler.cli.options import DatabaseOptions
-from reconciler.cli.runtime import with_store
-from reconciler.db import backfill_queries
-from reconciler.db.backfill_queries import BackfillRow
-from reconciler.db.store import Store
+from reconciler.cli.options import BackfillOptions
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
-from reconciler.operate.audit import Operator
-from reconciler.operate.backfill import Listing, Queued, cancel, listing, queue
-from reconciler.output import backfill as render
-from reconciler.output.text import json_rows, safe
+
+if TYPE_CHECKING:
+    from reconciler.db.backfill_queries import BackfillRow
+    from reconciler.db.store import Store
+    from reconciler.operate.backfill import Listing, Queued
 
 WAIT_POLL_SECONDS = 0.5
 QUIET_HINT_SECONDS = 30.0  # --wait: no run ended for this long → say what it waits for, once
 
 
-def cmd_backfill(args: argparse.Namespace) -> int:
-    if args.list:
-        return _list(args)
-    if args.cancel is not None:
-        return _cancel(args)
-    missing = [option for option, value in (("ID", args.id), ("--from", args.start), ("--to", args.end)) if not value]
+def backfill(options: BackfillOptions) -> int:
+    """Queue (or, --dry-run, list) a past range of a task's occurrences; --list and --cancel N."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.operate.audit import Operator
+    from reconciler.operate.backfill import queue
+
+    if options.list:
+        return _list(options)
+    if options.cancel is not None:
+        return _cancel(options, options.cancel)
+    given = (("ID", options.id), ("--from", options.start), ("--to", options.end))
+    missing = [option for option, value in given if not value]
     if missing:
         raise UserError(
             f"backfill: give {', '.join(missing)}: `reconciler backfill ID --from T --to T` (or --list, --cancel N)"
         )
-    if args.dry_run:
-        return _dry_run(args)
-    operator = Operator.resolve(args.actor, args.reason)
+    task_id, start, end = str(options.id), str(options.start), str(options.end)
+    if options.dry_run:
+        return _dry_run(options, task_id, start, end)
+    operator = Operator.resolve(options.operator.actor, options.operator.reason)
 
     async def work(store: Store) -> int:
-        done = await queue(store, args.id, args.start, args.end, args.reprocess, operator)
-        _print_listing(done.listing, args.format, done)
-        if done.backfill_id is None or not args.wait:
+        done = await queue(store, task_id, start, end, options.reprocess, operator)
+        _print_listing(done.listing, options.output.format, done)
+        if done.backfill_id is None or not options.wait:
             return EXIT_OK
         return await follow(store, done.backfill_id)
 
-    return with_store(DatabaseOptions.of(args), work)
+    return with_store(options.database, work)
 
 
-def _dry_run(args: argparse.Namespace) -> int:
+def _dry_run(options: BackfillOptions, task_id: str, start: str, end: str) -> int:
+    from reconciler.cli.runtime import with_store
+    from reconciler.operate.backfill import listing
+
     async def work(store: Store) -> Listing:
         async with store.reading() as conn:
-            return await listing(conn, args.id, args.start, args.end, args.reprocess)
+            return await listing(conn, task_id, start, end, options.reprocess)
 
-    _print_listing(with_store(DatabaseOptions.of(args), work), args.format, None)
+    _print_listing(with_store(options.database, work), options.output.format, None)
     return EXIT_OK
 
 
 def _print_listing(found: Listing, fmt: str, done: Queued | None) -> None:
+    from reconciler.output import backfill as render
+
     if fmt == "json":
         item = found.as_json()
         if done is not None:
@@ -80,6 +89,8 @@ def _print_listing(found: Listing, fmt: str, done: Queued | None) -> None:
 
 
 async def _read(store: Store, backfill_id: int) -> BackfillRow:
+    from reconciler.db import backfill_queries
+
     async with store.connection() as conn:
         rows = await backfill_queries.backfills_list(conn, task_id=None, id=backfill_id, limit=1)
     if not rows:
@@ -89,6 +100,9 @@ async def _read(store: Store, backfill_id: int) -> BackfillRow:
 
 async def follow(store: Store, backfill_id: int) -> int:
     """Poll the backfill until nothing of it is queued or running; show progress; exit 0 iff every run succeeded."""
+    from reconciler.db import backfill_queries
+    from reconciler.output import backfill as render
+
     terminal = sys.stdout.isatty()
     progress = render.Progress(backfill_id, terminal)
     quiet_since, seen, hinted = time.monotonic(), -1, False
@@ -120,27 +134,37 @@ async def follow(store: Store, backfill_id: int) -> int:
     return EXIT_OK if render.succeeded_all(row) else EXIT_ERROR
 
 
-def _list(args: argparse.Namespace) -> int:
+def _list(options: BackfillOptions) -> int:
+    from reconciler.cli.runtime import with_store
+    from reconciler.db import backfill_queries
+    from reconciler.output import backfill as render
+    from reconciler.output.text import json_rows, safe
+
     async def work(store: Store) -> list[BackfillRow]:
         async with store.reading() as conn:
-            return await backfill_queries.backfills_list(conn, task_id=args.id, id=None, limit=args.limit)
+            return await backfill_queries.backfills_list(conn, task_id=options.id, id=None, limit=options.limit)
 
-    rows = with_store(DatabaseOptions.of(args), work)
-    if args.format == "json":
+    rows = with_store(options.database, work)
+    if options.output.format == "json":
         items = [{**item, "state": render.state(row)} for item, row in zip(json_rows(rows), rows, strict=True)]
         print(json.dumps(items, indent=2, ensure_ascii=False))
     elif not rows:
-        print("no backfills recorded" + (f" of {safe(args.id)}" if args.id else ""))
+        print("no backfills recorded" + (f" of {safe(options.id)}" if options.id else ""))
     else:
         print(render.list_text(rows))
     return EXIT_OK
 
 
-def _cancel(args: argparse.Namespace) -> int:
-    operator = Operator.resolve(args.actor, args.reason)
+def _cancel(options: BackfillOptions, backfill_id: int) -> int:
+    from reconciler.cli.runtime import with_store
+    from reconciler.operate.audit import Operator
+    from reconciler.operate.backfill import cancel
+    from reconciler.output.text import safe
+
+    operator = Operator.resolve(options.operator.actor, options.operator.reason)
 
     async def work(store: Store) -> int:
-        done = await cancel(store, args.cancel, operator)
+        done = await cancel(store, backfill_id, operator)
         print(
             safe(
                 f"cancelled backfill {done.backfill_id} of {done.task_id}: {done.dropped} queued run(s) dropped; "
@@ -149,4 +173,4 @@ def _cancel(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
 
-    return with_store(DatabaseOptions.of(args), work)
+    return with_store(options.database, work)

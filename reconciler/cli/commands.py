@@ -1,14 +1,12 @@
-"""The task-file commands: validate, next, plan, apply.
+"""The declared-files commands: validate, next, plan, apply.
 
-Each takes parsed arguments, turns them into typed options at its top, and returns an exit code;
-cli.py only wires them up. `validate` and `next` need no database, so the modules that bring
-psycopg (store, apply, the plan's renderings) are imported inside the functions that use them:
-those two commands start without it.
+Each is a typed function of its options (cli/options.py) returning an exit code. This module is imported with the
+parser: everything heavy (the files' models, psycopg, the renderings) is imported inside the function that uses it,
+so `--help` and `--version` start light and `validate` and `next` start without psycopg.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -18,28 +16,35 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reconciler.cli.console import err
-from reconciler.cli.declared import load_or_report
-from reconciler.cli.options import DatabaseOptions, FilesOptions, OutputOptions, VerdictOptions, parse_instant
-from reconciler.cli.runtime import with_files
+from reconciler.cli.options import (
+    ApplyCommandOptions,
+    FilesOptions,
+    NextOptions,
+    OutputOptions,
+    PlanOptions,
+    ValidateOptions,
+    VerdictOptions,
+)
 from reconciler.clock import utcnow
 from reconciler.errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UserError
-from reconciler.files.declared import Declared
-from reconciler.files.environment import policy_errors, unset_errors
-from reconciler.files.tasks import Task, fire_warnings
-from reconciler.output import text as render
-from reconciler.reconcile.revision import Revision, detect, dirty_verdict, under_ci, working_tree
-from reconciler.schedule.excluded import excluded_between
-from reconciler.schedule.preview import A_YEAR, upcoming
-from reconciler.spec.environment import EnvPolicy, globs
 
 if TYPE_CHECKING:
     from reconciler.db.store import Store
+    from reconciler.files.declared import Declared
+    from reconciler.files.tasks import Task
+    from reconciler.output.text import NextRow
     from reconciler.reconcile.apply import ApplyOptions
     from reconciler.reconcile.plan import Plan
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    files = FilesOptions.of(args)
+def validate(options: ValidateOptions) -> int:
+    """Check every declared file (no database): one line per error, warnings of schedules that cannot fire."""
+    from reconciler.cli.declared import load_or_report
+    from reconciler.files.environment import policy_errors, unset_errors
+    from reconciler.files.tasks import fire_warnings
+    from reconciler.spec.environment import EnvPolicy, globs
+
+    files = options.files
     result = load_or_report(files)
     if result is None:
         return EXIT_ERROR
@@ -48,8 +53,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for warning in warnings:
         err(str(warning))
     items = result.items()
-    problems = policy_errors(items, EnvPolicy(globs(args.allow_env))) if args.env_policy else []
-    missing = unset_errors(items, os.environ) if args.check_env else []
+    problems = policy_errors(items, EnvPolicy(globs(list(options.allow_env)))) if options.env_policy else []
+    missing = unset_errors(items, os.environ) if options.check_env else []
     for problem in sorted(problems + missing, key=lambda e: (e.path, e.line)):
         err(str(problem))
     if problems:
@@ -67,34 +72,43 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_next(args: argparse.Namespace) -> int:
-    output = OutputOptions.of(args)
-    result = load_or_report(FilesOptions.of(args))
+def next_fire_times(options: NextOptions) -> int:
+    """The next fire times of the tasks named (or all), in their zones and UTC (no database)."""
+    from reconciler.cli.declared import load_or_report
+    from reconciler.output import text as render
+    from reconciler.spec.values import parse_instant
+
+    result = load_or_report(options.files)
     if result is None:
         return EXIT_ERROR
     by_id = {task.id: task for task in result.tasks}
-    unknown = [i for i in args.ids if i not in by_id]
+    unknown = [i for i in options.ids if i not in by_id]
     if unknown:
         raise UserError(f"unknown task id(s): {', '.join(unknown)}; see `reconciler validate` for the ids")
-    after = parse_instant(args.after, "--after") if args.after else utcnow()
-    chosen = [by_id[i] for i in args.ids] if args.ids else result.tasks
-    rows = [shown_next(task, after, args.count) for task in chosen]
-    print(render.next_json(rows) if output.format == "json" else render.next_text(rows))
+    after = parse_instant(options.after, "--after") if options.after else utcnow()
+    chosen = [by_id[i] for i in options.ids] if options.ids else result.tasks
+    rows = [shown_next(task, after, options.count) for task in chosen]
+    print(render.next_json(rows) if options.output.format == "json" else render.next_text(rows))
     return EXIT_OK
 
 
-def shown_next(task: Task, after: datetime, count: int) -> render.NextRow:
+def shown_next(task: Task, after: datetime, count: int) -> NextRow:
     """A task's next `count` occurrences after `after`, and what its calendars take away in that span (up to the
     last one shown; a year when there is none)."""
+    from reconciler.output.text import NextRow
+    from reconciler.schedule.excluded import excluded_between
+    from reconciler.schedule.preview import A_YEAR, upcoming
+
     fires = upcoming(task.schedule, after, count)
     if task.spec.calendars is None:
-        return task, fires, []
+        return NextRow(task, fires, [])
     until = fires[-1].at if len(fires) == count and fires else after + A_YEAR
-    return task, fires, excluded_between(task.schedule, after, until)
+    return NextRow(task, fires, excluded_between(task.schedule, after, until))
 
 
 def show_plan(plan: Plan, output: OutputOptions) -> str:
     """The plan in --format; text is coloured on a terminal unless --no-color or NO_COLOR says not to."""
+    from reconciler.output import text as render
     from reconciler.output.plan_json import plan_json
     from reconciler.output.plan_markdown import plan_markdown
     from reconciler.output.plan_text import plan_text
@@ -119,6 +133,7 @@ def verdict_options(
     operator's statement, recorded as given), else git's (`<sha>-dirty` for such a tree); plan records none,
     so it runs no `git log`."""
     from reconciler.reconcile.apply import ApplyOptions
+    from reconciler.reconcile.revision import Revision, detect, dirty_verdict, under_ci, working_tree
 
     checkout = Path(files.tasks_dir)
     tree = working_tree(checkout, files.dirs.listed())
@@ -138,30 +153,33 @@ def verdict_options(
     )
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def plan(options: PlanOptions) -> int:
+    """The diff of the files against the database, with apply's verdict (read-only)."""
+    from reconciler.cli.runtime import with_files
     from reconciler.output.plan_json import plan_json
+    from reconciler.output.text import safe
     from reconciler.reconcile.apply import read_plan
 
-    files, output = FilesOptions.of(args), OutputOptions.of(args)
-    options = verdict_options(VerdictOptions.of(args), files)
+    files = options.files
+    verdict = verdict_options(options.verdict, files)
 
     async def work(store: Store, loaded: Declared) -> Plan:
-        return await read_plan(store, loaded.tasks, files.source, utcnow(), options, list(loaded.named.values()))
+        return await read_plan(store, loaded.tasks, files.source, utcnow(), verdict, list(loaded.named.values()))
 
-    plan = with_files(files, DatabaseOptions.of(args), work)
-    if plan is None:
+    found = with_files(files, options.database, work)
+    if found is None:
         return EXIT_ERROR
-    if args.out and not plan.refused:
-        Path(args.out).write_text(plan_json(plan) + "\n")
-        print(f"saved plan to {args.out}; apply it with: reconciler apply {args.out}")
-    print(show_plan(plan, output))
-    if plan.refused:
-        for reason in plan.refused:  # conflicts among them, as file:line: key: message
-            err(render.safe(reason))
-        not_saved = f"; {args.out} was not saved" if args.out else ""
-        err(f"apply with these options would refuse this plan ({len(plan.refused)} reason(s)){not_saved}")
+    if options.out and not found.refused:
+        Path(options.out).write_text(plan_json(found) + "\n")
+        print(f"saved plan to {options.out}; apply it with: reconciler apply {options.out}")
+    print(show_plan(found, options.output))
+    if found.refused:
+        for reason in found.refused:  # conflicts among them, as file:line: key: message
+            err(safe(reason))
+        not_saved = f"; {options.out} was not saved" if options.out else ""
+        err(f"apply with these options would refuse this plan ({len(found.refused)} reason(s)){not_saved}")
         return EXIT_ERROR
-    return EXIT_CHANGES if args.detailed_exitcode and plan.has_changes else EXIT_OK
+    return EXIT_CHANGES if options.detailed_exitcode and found.has_changes else EXIT_OK
 
 
 def read_saved_plan(path: str, source: str) -> dict[str, Any]:
@@ -184,23 +202,27 @@ def read_saved_plan(path: str, source: str) -> dict[str, Any]:
     return data
 
 
-def cmd_apply(args: argparse.Namespace) -> int:
+def apply(options: ApplyCommandOptions) -> int:
+    """Apply the diff (or a saved plan) in one transaction."""
+    from reconciler.cli.runtime import with_files
     from reconciler.operate.audit import Operator
     from reconciler.output.plan_text import plan_text
+    from reconciler.output.text import colour_wanted
     from reconciler.reconcile.apply import apply_tasks
 
-    files, output = FilesOptions.of(args), OutputOptions(no_color=args.no_color)
-    verdict = VerdictOptions.of(args)
-    operator = Operator.resolve(args.actor, args.reason)
-    saved = read_saved_plan(args.planfile, files.source) if args.planfile else None
+    files = options.files
+    operator = Operator.resolve(options.operator.actor, options.operator.reason)
+    saved = read_saved_plan(options.planfile, files.source) if options.planfile else None
 
     async def work(store: Store, loaded: Declared) -> int:
         await store.init_schema()  # only now: files with errors leave the database as it was, schema included
-        options = replace(verdict_options(verdict, files, saved, apply=True, revision=args.revision), operator=operator)
-        result = await apply_tasks(store, loaded.tasks, files.source, None, options, list(loaded.named.values()))
-        print(plan_text(result.plan, colour=render.colour_wanted(sys.stdout, output.no_color)))
+        verdict = verdict_options(options.verdict, files, saved, apply=True, revision=options.revision)
+        result = await apply_tasks(
+            store, loaded.tasks, files.source, None, replace(verdict, operator=operator), list(loaded.named.values())
+        )
+        print(plan_text(result.plan, colour=colour_wanted(sys.stdout, options.no_color)))
         print(f"Apply complete: {result.written} change(s) written." if result.written else "Nothing to apply.")
         return EXIT_OK
 
-    code = with_files(files, DatabaseOptions.of(args), work)
+    code = with_files(files, options.database, work)
     return EXIT_ERROR if code is None else code

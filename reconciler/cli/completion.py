@@ -11,8 +11,9 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from reconciler.cli.parser import build_parser
+from reconciler.cli.options import CompletionOptions
 from reconciler.errors import EXIT_OK, UserError
+from reconciler.files.locations import DIRECTORY_OPTIONS
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -97,23 +98,23 @@ def _actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
                 yield from _actions(child)
 
 
-def script(shell: str) -> str:
-    """The completion script for `shell`."""
+def script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """The completion script of the command line `parser` for `shell`."""
     import shtab  # here, not at the top: only this command needs it
 
     if shell not in SHELLS or shell not in shtab.SUPPORTED_SHELLS:
         supported = [name for name in SHELLS if name in shtab.SUPPORTED_SHELLS]
         raise UserError(f"unknown shell {shell!r}; supported: {', '.join(supported)}")
-    parser = build_parser()
+    directories = {entry.option for entry in DIRECTORY_OPTIONS}
     for action in _actions(parser):
         if action.metavar == "ID":
             action.complete = TASK_IDS  # type: ignore[attr-defined]  # shtab reads this attribute
-        elif {"--tasks-dir", "--notifiers-dir", "--calendars-dir", "--limits-dir"} & set(action.option_strings):
+        elif directories & set(action.option_strings):
             action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
     return shtab.complete(parser, shell=shell)
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
+def completion(options: CompletionOptions) -> int:
     """Print the completion script (`source <(reconciler completion bash)`)."""
-    print(script(args.shell), end="")
+    print(script(options.parser, options.shell), end="")
     return EXIT_OK

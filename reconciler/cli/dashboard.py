@@ -3,7 +3,6 @@ serve beside /metrics (web/dashboard.py)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -11,11 +10,10 @@ from asyncio.subprocess import PIPE
 from typing import TYPE_CHECKING
 
 from reconciler.cli.console import err, log
-from reconciler.cli.options import DatabaseOptions
+from reconciler.cli.options import DashboardOptions, DatabaseOptions, ServeOptions
 from reconciler.cli.runtime import stop_on_signals
-from reconciler.db.embedded import database_label, resolve_dsn
 from reconciler.errors import EXIT_OK, UserError
-from reconciler.web.app import is_loopback
+from reconciler.spec.hosts import is_loopback
 
 if TYPE_CHECKING:
     from reconciler.web.dashboard import Dashboard
@@ -26,9 +24,9 @@ START_SECONDS = 60.0  # a dashboard process that has not said its URL by then is
 RESTART_SECONDS = 2.0  # a process that exited is started again at most this often
 
 
-def dashboard_token(args: argparse.Namespace) -> str | None:
+def dashboard_token(serve: ServeOptions) -> str | None:
     """The bearer token named by --dashboard-token-env (never printed); None without the option."""
-    name = getattr(args, "dashboard_token_env", None)
+    name = serve.token_env
     if not name:
         return None
     token = os.environ.get(name, "")
@@ -51,12 +49,13 @@ def warn_if_open(addr: str, token: str | None) -> None:
 
 def make_dashboard(database: DatabaseOptions) -> Dashboard:
     """The dashboard on a pool of its own (POOL_SIZE connections), never the engine's claim connections."""
+    from reconciler.db.embedded import database_label, resolve_dsn
     from reconciler.db.store import Store
     from reconciler.web.dashboard import POOL_SIZE, Dashboard
 
-    dsn, origin = resolve_dsn(database.dsn, database.tasks_dir)
+    dsn, origin = resolve_dsn(database.dsn, database.home)
     store = Store(dsn, origin=origin, min_size=1, max_size=POOL_SIZE, timeout=5.0)
-    return Dashboard(store, database_label(database.dsn, database.tasks_dir))
+    return Dashboard(store, database_label(database.dsn, database.home))
 
 
 class DashboardProcess:
@@ -129,20 +128,20 @@ def stop_with_parent(stop: asyncio.Event) -> None:
     loop.add_reader(0, readable)
 
 
-def cmd_dashboard(args: argparse.Namespace) -> int:
+def dashboard(options: DashboardOptions) -> int:
     """Serve the dashboard until SIGINT or SIGTERM."""
     from reconciler.web.app import make_app, serve
 
-    token = dashboard_token(args)
-    addr = args.addr or DEFAULT_ADDR
-    dashboard = make_dashboard(DatabaseOptions.of(args))
+    token = dashboard_token(options.serve)
+    addr = options.serve.addr or DEFAULT_ADDR
+    pages = make_dashboard(options.database)
 
     async def run() -> int:
         stop = stop_on_signals()
-        if args.with_parent:
+        if options.serve.with_parent:
             stop_with_parent(stop)
         app = make_app(token)
-        dashboard.add_routes(app)
+        pages.add_routes(app)
         try:
             served = await serve(app, addr)
         except OSError as exc:
@@ -153,7 +152,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             await stop.wait()
         finally:
             await served.close()
-            await dashboard.close()
+            await pages.close()
         return EXIT_OK
 
     return asyncio.run(run())

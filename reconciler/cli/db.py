@@ -1,58 +1,70 @@
 """The commands on the database's state: db, status, history, runs, notifications, trigger, cancel, explain, down.
 
-Each takes parsed arguments and returns an exit code; cli.py imports this module only when one of them runs.
+Each is a typed function of its options returning an exit code. This module is imported with the parser: what
+talks to the database is imported inside the function that uses it.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
 import time
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from reconciler.cli.options import DatabaseOptions, parse_instant
-from reconciler.cli.runtime import with_store
+from reconciler.cli.options import (
+    CancelOptions,
+    DatabaseOptions,
+    DbOptions,
+    ExplainOptions,
+    ReadOptions,
+    TriggerOptions,
+)
 from reconciler.clock import utc_text
-from reconciler.db import command_queries, operator_queries
-from reconciler.db.command_queries import ApplyRow, EngineRow, LiveSourceRow, OutboxRow, StatusRow
-from reconciler.db.embedded import database_label, home_for, stop_embedded
-from reconciler.db.grants import grants_sql
-from reconciler.db.operator_queries import PauseRow
-from reconciler.db.rows import Row
-from reconciler.db.store import Store
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError
-from reconciler.operate.audit import Operator
-from reconciler.operate.runs import cancel, run_state, trigger
-from reconciler.output import text as render
-from reconciler.output import views
-from reconciler.output.explain import notified_line
-from reconciler.output.masking import mask_text
 from reconciler.runs import FINAL
 
+if TYPE_CHECKING:
+    from reconciler.db.command_queries import ApplyRow, EngineRow, LiveSourceRow, OutboxRow, StatusRow
+    from reconciler.db.operator_queries import PauseRow
+    from reconciler.db.rows import Row
+    from reconciler.db.store import Store
 
-def cmd_db(args: argparse.Namespace) -> int:
+WAIT_POLL_SECONDS = 0.5
+QUEUED_HINT_SECONDS = 10.0
+
+
+def db(options: DbOptions) -> int:
     """`db init` creates or upgrades the schema; `db grants` prints what each role needs (no database)."""
-    if args.action == "grants":
-        roles = (args.role_planner, args.role_applier, args.role_engine, args.role_dashboard)
-        if not any(roles):
+    from reconciler.cli.runtime import with_store
+    from reconciler.db.grants import grants_sql
+
+    if options.action == "grants":
+        if not any(options.roles):
             raise UserError(
                 "db grants: name at least one of --role-planner, --role-applier, --role-engine, --role-dashboard"
             )
-        print(grants_sql(*roles), end="")
+        print(grants_sql(*options.roles), end="")
         return EXIT_OK
 
     async def work(store: Store) -> int:
         return await store.init_schema()
 
-    with_store(DatabaseOptions.of(args), work)
+    with_store(options.database, work)
     print("schema scheduler is up to date")
     return EXIT_OK
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    database = DatabaseOptions.of(args)
+def status(options: ReadOptions) -> int:
+    """Every task with its next and last run, pauses and drift; the live engines and revisions."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.db import command_queries, operator_queries
+    from reconciler.db.embedded import database_label
+    from reconciler.output import text as render
+    from reconciler.output import views
+
+    database = options.database
 
     async def work(
         store: Store,
@@ -67,87 +79,90 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     rows, engines, revisions, now, pauses = with_store(database, work)
 
-    machine = args.format == "json"
+    machine = options.output.format == "json"
     items = [views.status_item(row, pauses, now, machine) for row in rows]
     live = [views.engine_item(e) for e in engines]
     applied = [
         {"source": r["source"], "revision": r["revision"], "applied_at": r["applied_at"], "author": r["author"]}
         for r in revisions
     ]
-    if args.format == "json":
+    if machine:
         data = {
-            "database": database_label(database.dsn, database.tasks_dir),
+            "database": database_label(database.dsn, database.home),
             "tasks": [views.json_task(task) for task in items],
             "engines": render.json_rows(live),
             "live_revisions": render.json_rows(applied),
         }
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    print(render.safe(f"database: {database_label(database.dsn, database.tasks_dir)}"))
+    print(render.safe(f"database: {database_label(database.dsn, database.home)}"))
     print(render.status_text(items, live, applied))  # ids, hosts and revisions may come from anywhere: escaped there
     return EXIT_OK
 
 
-def cmd_history(args: argparse.Namespace) -> int:
+def history(options: ReadOptions) -> int:
     """The applies, newest first (only those that changed ID, when given)."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.db import command_queries
+    from reconciler.output import text as render
 
     async def work(store: Store) -> list[ApplyRow]:
         async with store.reading() as conn:
-            params = {"source": None, "task_id": args.id, "limit": args.limit}
-            return await command_queries.applies_list(conn, **params)
+            return await command_queries.applies_list(conn, source=None, task_id=options.id, limit=options.limit)
 
-    rows = with_store(DatabaseOptions.of(args), work)
-    if args.format == "json":
+    rows = with_store(options.database, work)
+    if options.output.format == "json":
         print(json.dumps(render.json_rows(rows), indent=2, ensure_ascii=False))
         return EXIT_OK
     if not rows:
-        print("no applies recorded" + (f" that changed {args.id}" if args.id else ""))
+        print("no applies recorded" + (f" that changed {options.id}" if options.id else ""))
     print("\n".join(render.history_line(row) for row in rows))
     return EXIT_OK
 
 
-WAIT_POLL_SECONDS = 0.5
-QUEUED_HINT_SECONDS = 10.0
-
-
-def cmd_trigger(args: argparse.Namespace) -> int:
+def trigger(options: TriggerOptions) -> int:
     """Queue a manual run; with --wait, follow it to its end (exit 0 if it succeeded, else 1)."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.operate import runs as manual
+    from reconciler.operate.audit import Operator
+    from reconciler.output import views
+    from reconciler.output.text import safe
 
-    operator = Operator.resolve(args.actor, args.reason)
+    operator = Operator.resolve(options.operator.actor, options.operator.reason)
 
     async def work(store: Store) -> int:
-        done = await trigger(store, args.id, operator)
+        done = await manual.trigger(store, options.id, operator)
         print(
-            f"queued manual run {done.run_id} of {render.safe(args.id)}; the schedule is unchanged; "
+            f"queued manual run {done.run_id} of {safe(options.id)}; the schedule is unchanged; "
             f"it waits for a free slot (`reconciler cancel {done.run_id}` while queued)",
             flush=True,
         )
         if done.pause is not None:  # an explicit operator action: a pause holds the schedule, not manual runs
-            print(
-                render.safe(
-                    f"note: {args.id} is paused ({done.pause['paused_by']}: {done.pause['reason']}); "
-                    "a manual run runs anyway"
-                )
-            )
+            paused = f"{done.pause['paused_by']}: {done.pause['reason']}"
+            print(safe(f"note: {options.id} is paused ({paused}); a manual run runs anyway"))
         holding = views.blackout_holding(done.task, done.now)
         if holding is not None:  # a blackout holds the schedule, not manual runs
-            print(render.safe(f"note: blackout {holding} holds now; a manual run runs anyway"))
-        if not args.wait:
+            print(safe(f"note: blackout {holding} holds now; a manual run runs anyway"))
+        if not options.wait:
             return EXIT_OK
         return await follow_run(store, done.run_id)
 
-    return with_store(DatabaseOptions.of(args), work)
+    return with_store(options.database, work)
 
 
 async def follow_run(store: Store, run_id: int) -> int:
     """Poll one run until it ends; print each change of status and the result."""
+    from reconciler.operate.runs import run_state
+    from reconciler.output.masking import mask_text
+    from reconciler.output.text import safe
+
     shown = "queued"
     hint_at = time.monotonic() + QUEUED_HINT_SECONDS
     while True:
         run = await run_state(store, run_id)
         if run["status"] != shown and run["status"] not in FINAL:
             shown = run["status"]
-            print(f"run {run_id}: {shown} on engine {render.safe(run['engine_id'] or '-')}", flush=True)
+            print(f"run {run_id}: {shown} on engine {safe(run['engine_id'] or '-')}", flush=True)
         if run["status"] in FINAL:
             break
         if run["status"] == "queued" and time.monotonic() > hint_at:
@@ -159,45 +174,56 @@ async def follow_run(store: Store, run_id: int) -> int:
             )
         await asyncio.sleep(WAIT_POLL_SECONDS)
     detail = mask_text(run["error"]) if run["error"] else f"HTTP {run['http_status']}"
-    print(
-        render.safe(f"run {run_id}: {run['status']} ({detail}, attempt {run['attempt']}, {run['duration_ms'] or 0} ms)")
-    )
+    print(safe(f"run {run_id}: {run['status']} ({detail}, attempt {run['attempt']}, {run['duration_ms'] or 0} ms)"))
     if run["response_excerpt"]:
-        print(render.safe(f"response: {mask_text(run['response_excerpt'])}"))
+        print(safe(f"response: {mask_text(run['response_excerpt'])}"))
     return EXIT_OK if run["status"] == "succeeded" else EXIT_ERROR
 
 
-def cmd_cancel(args: argparse.Namespace) -> int:
+def cancel(options: CancelOptions) -> int:
     """Cancel a queued manual run (recorded `skipped`, with who cancelled it in its error)."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.operate import runs as manual
+    from reconciler.operate.audit import Operator
+    from reconciler.output.text import safe
 
-    operator = Operator.resolve(args.actor, args.reason)
+    operator = Operator.resolve(options.operator.actor, options.operator.reason)
 
     async def work(store: Store) -> int:
-        done = await cancel(store, args.run_id, operator)
-        print(f"cancelled manual run {done.run_id} of {render.safe(done.task_id)} (recorded skipped)")
+        done = await manual.cancel(store, options.run_id, operator)
+        print(f"cancelled manual run {done.run_id} of {safe(done.task_id)} (recorded skipped)")
         return EXIT_OK
 
-    return with_store(DatabaseOptions.of(args), work)
+    return with_store(options.database, work)
 
 
-def cmd_down(args: argparse.Namespace) -> int:
+def down(options: DatabaseOptions) -> int:
     """Stop the project's embedded PostgreSQL (never a --dsn database)."""
-    print(stop_embedded(home_for(args.tasks_dir)))
+    from reconciler.db.embedded import stop_embedded
+
+    print(stop_embedded(options.home()))
     return EXIT_OK
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    asked = parse_instant(args.at, "--at") if args.at else None
+def explain(options: ExplainOptions) -> int:
+    """Why a task did or did not fire around a time (default now)."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.output import views
+    from reconciler.output.masking import mask_text
+    from reconciler.output.text import safe
+    from reconciler.spec.values import parse_instant
+
+    asked = parse_instant(options.at, "--at") if options.at else None
 
     async def work(store: Store) -> list[str]:
         async with store.reading() as conn:
-            return await views.explain_lines(conn, args.id, asked)
+            return await views.explain_lines(conn, options.id, asked)
 
-    print("\n".join(render.safe(mask_text(line)) for line in with_store(DatabaseOptions.of(args), work)))
+    print("\n".join(safe(mask_text(line)) for line in with_store(options.database, work)))
     return EXIT_OK
 
 
-def unknown_task(task_id: str, history: str) -> UserError:
+def unknown_task(task_id: str | None, history: str) -> UserError:
     return UserError(
         f"unknown task {task_id!r}: no such task and no {history} recorded; see `reconciler status` for the ids"
     )
@@ -205,30 +231,36 @@ def unknown_task(task_id: str, history: str) -> UserError:
 
 def nothing_recorded(history: str, status: str | None, task_id: str | None) -> str:
     """`no failed runs of ID recorded yet`: an empty listing, in one line."""
+    from reconciler.output.text import safe
+
     which = f"{status} {history}" if status else history
-    of = f" of {render.safe(task_id)}" if task_id else ""
+    of = f" of {safe(task_id)}" if task_id else ""
     return f"no {which}{of} recorded yet"
 
 
-def cmd_runs(args: argparse.Namespace) -> int:
+def runs(options: ReadOptions) -> int:
     """Run history, newest first; an id that names no task and no recorded run is an error."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.output import views
+    from reconciler.output.explain import notified_line
+    from reconciler.output.text import runs_text
 
     async def work(store: Store) -> tuple[list[Row], bool]:
         async with store.reading() as conn:
-            rows, known = await views.listing(conn, "runs", args.id, args.status, args.limit)
+            rows, known = await views.listing(conn, "runs", options.id, options.status, options.limit)
             return await views.with_notifications(conn, rows), known
 
-    found, known = with_store(DatabaseOptions.of(args), work)
+    found, known = with_store(options.database, work)
     if not known:
-        raise unknown_task(args.id, "runs")
+        raise unknown_task(options.id, "runs")
     rows = views.masked_runs(found)
-    if args.format == "json":
+    if options.output.format == "json":
         print(json.dumps(views.json_runs(rows), indent=2))
         return EXIT_OK
     if not rows:
-        print(nothing_recorded("runs", args.status, args.id))
+        print(nothing_recorded("runs", options.status, options.id))
         return EXIT_OK
-    print(render.runs_text(rows, args.verbose, lambda run: [notified_line(note) for note in run["notifications"]]))
+    print(runs_text(rows, options.verbose, lambda run: [notified_line(note) for note in run["notifications"]]))
     return EXIT_OK
 
 
@@ -248,22 +280,25 @@ NOTIFICATIONS_HEADER = [
 ]
 
 
-def cmd_notifications(args: argparse.Namespace) -> int:
+def notifications(options: ReadOptions) -> int:
     """The notification outbox, newest first: what was sent for which task, and how its delivery went."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.output import text as render
+    from reconciler.output import views
 
     async def work(store: Store) -> tuple[list[OutboxRow], bool]:
         async with store.reading() as conn:
-            return await views.listing(conn, "notifications", args.task, args.status, args.limit)
+            return await views.listing(conn, "notifications", options.id, options.status, options.limit)
 
-    found, known = with_store(DatabaseOptions.of(args), work)
+    found, known = with_store(options.database, work)
     if not known:
-        raise unknown_task(args.task, "notifications")
+        raise unknown_task(options.id, "notifications")
     rows = [views.masked(r, "error") for r in found]
-    if args.format == "json":
+    if options.output.format == "json":
         print(json.dumps(render.json_rows(rows), indent=2))
         return EXIT_OK
     if not rows:
-        print(nothing_recorded("notifications", args.status, args.task))
+        print(nothing_recorded("notifications", options.status, options.id))
         return EXIT_OK
     cells = [
         [

@@ -4,18 +4,23 @@ reported on stderr, one line each."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reconciler.cli.console import err
 from reconciler.cli.options import FilesOptions
 from reconciler.errors import UserError
-from reconciler.files.declared import Declared, load_declared
-from reconciler.files.tasks import LoadResult
+
+if TYPE_CHECKING:
+    from reconciler.files.declared import Declared
+    from reconciler.files.tasks import LoadResult
 
 
 def load_or_report(files: FilesOptions, tasks: LoadResult | None = None) -> Declared | None:
     """Every kind's directory of `files` loaded; `tasks` when the tasks directory was read already (its files
     unchanged since applied standing on their rows: checked by the plan, on the rows' specs). Print every error and
     return None if there is any."""
+    from reconciler.files.declared import load_declared
+
     declared = load_declared(files.dirs, tasks)
     for error in declared.errors:
         err(str(error))

@@ -1,11 +1,11 @@
 """The long-running commands: `engine` (claim and fire until SIGTERM) and `up` (apply, watch and fire).
 
-cli.py imports this module only when one of them runs: it brings the engine, aiohttp and psycopg.
+Each is a typed function of its options returning an exit code. This module is imported with the parser: the
+engine, aiohttp and psycopg are imported inside the functions that run them.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 from collections.abc import Callable
@@ -15,22 +15,20 @@ from typing import TYPE_CHECKING
 from reconciler.cli.console import err, log
 from reconciler.cli.dashboard import DEFAULT_ADDR, DashboardProcess, dashboard_token, warn_if_open
 from reconciler.cli.declared import need_tasks_dir
-from reconciler.cli.options import DatabaseOptions, WatchOptions, engine_config
+from reconciler.cli.options import EngineOptions, ServeOptions, UpOptions
 from reconciler.cli.runtime import stop_on_signals, store_for, with_store
 from reconciler.cli.watch import watch_files
 from reconciler.clock import utc_text, utcnow
-from reconciler.db.store import Store
-from reconciler.engine.claim import Claimed, Report
-from reconciler.engine.config import EngineConfig
-from reconciler.engine.loop import Engine, back_off
-from reconciler.engine.outage import Outage
-from reconciler.engine.outage import log as outage_log
 from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
 from reconciler.logs import setup_logging
-from reconciler.output import text as render
-from reconciler.targets.http import Outcome
 
 if TYPE_CHECKING:
+    from reconciler.db.store import Store
+    from reconciler.engine.claim import Claimed, Report
+    from reconciler.engine.config import EngineConfig
+    from reconciler.engine.loop import Engine
+    from reconciler.engine.outage import Outage
+    from reconciler.targets.http import Outcome
     from reconciler.web.forward import Forward
     from reconciler.web.metrics import Endpoint
 
@@ -42,6 +40,8 @@ async def open_patiently(store: Store, stop: asyncio.Event, outage: Outage) -> b
     an exit is a crash loop. /healthz answers 503 meanwhile. `outage` logs the wait once, then
     once a minute, and its end.
     """
+    from reconciler.engine.loop import back_off
+
     backoff = 0.5
     while not stop.is_set():
         try:
@@ -107,34 +107,37 @@ async def run_engine(store: Store, web: WebOptions | None, stop: asyncio.Event, 
 
 
 def web_options(
-    args: argparse.Namespace, dsn: str, default: str | None = None, say: Callable[[str], None] | None = None
+    serve: ServeOptions, dsn: str, default: str | None = None, say: Callable[[str], None] | None = None
 ) -> WebOptions | None:
     """--metrics-addr (else `default`) with the dashboard of the engine's database `dsn`, unless --no-dashboard."""
-    addr = args.metrics_addr or default
+    addr = serve.addr or default
     if addr is None:
         return None
     from reconciler.web.forward import Forward
 
-    token = dashboard_token(args)
+    token = dashboard_token(serve)
     dashboard = None
-    if not args.no_dashboard:  # in a process of its own (web/forward.py): pages never hold up a fire
+    if not serve.no_dashboard:  # in a process of its own (web/forward.py): pages never hold up a fire
         dashboard = Forward(DashboardProcess(dsn, token))
-    return WebOptions(addr, dashboard, token, args.metrics_addr is None, say)
+    return WebOptions(addr, dashboard, token, serve.addr is None, say)
 
 
 def engine_pool_size(config: EngineConfig) -> int:
     return max(4, min(20, int(config.concurrency) // 10 + 4))
 
 
-def cmd_engine(args: argparse.Namespace) -> int:
-    setup_logging(args.log_format)
-    config, database = engine_config(args, args.sources), DatabaseOptions.of(args)
+def engine(options: EngineOptions) -> int:
+    """Claim and fire due tasks until SIGTERM (then drain and exit 0)."""
+    from reconciler.engine.loop import Engine
+
+    setup_logging(options.log_format)
+    config = options.config
 
     async def run() -> int:
-        store = store_for(database, engine_pool_size(config))
+        store = store_for(options.database, engine_pool_size(config))
         engine = Engine(store, config)
         try:
-            await run_engine(store, web_options(args, store.dsn), stop_on_signals(engine), engine)
+            await run_engine(store, web_options(options.serve, store.dsn), stop_on_signals(engine), engine)
         finally:
             await store.close()
         return EXIT_OK
@@ -160,8 +163,10 @@ class RunPrinter:
 
     @staticmethod
     def _line(task_id: str, when: str, status: str, detail: str) -> None:
+        from reconciler.output.text import safe
+
         stamp = utcnow().strftime("%H:%M:%S")
-        print(render.safe(f"[{stamp}] run {task_id} @ {when}: {status} ({detail})"), flush=True)
+        print(safe(f"[{stamp}] run {task_id} @ {when}: {status} ({detail})"), flush=True)
 
 
 def is_run_result(record: logging.LogRecord) -> bool:
@@ -176,17 +181,20 @@ def stop_if_failed(task: asyncio.Task[None], stop: asyncio.Event) -> None:
         stop.set()
 
 
-def cmd_up(args: argparse.Namespace) -> int:
+def up(options: UpOptions) -> int:
     """Apply, watch and fire in one process: the local development loop."""
+    from reconciler.engine.loop import Engine
+    from reconciler.engine.outage import log as outage_log
+
     # Run lines go to stdout; logs only for warnings, unless machine-readable logs are asked for.
-    watching = WatchOptions.of(args)
+    watching = options.watch
     need_tasks_dir(watching.files)
-    people = args.log_format != "json"
-    setup_logging(args.log_format, logging.WARNING if people else logging.INFO)
+    people = options.log_format != "json"
+    setup_logging(options.log_format, logging.WARNING if people else logging.INFO)
     if people:  # RunPrinter already gave each run its line on stdout
         logging.getLogger("reconciler.engine").addFilter(lambda record: not is_run_result(record))
         outage_log.setLevel(logging.INFO)  # "database reachable" ends the warning that the database was not
-    config = engine_config(args, (watching.files.source,))  # `up` fires its own tasks only, even on a shared database
+    config = options.config  # `up` fires its own tasks only, even on a shared database
 
     async def work(store: Store) -> int:
         engine = Engine(store, config)
@@ -198,13 +206,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"reconciler up: watching {watched}, engine {config.engine_id}; Ctrl-C stops", flush=True)
 
         def show_url(url: str) -> None:
-            shown = f"/metrics on {url}/metrics" if args.no_dashboard else f"dashboard on {url}/ (and /metrics)"
+            shown = (
+                f"/metrics on {url}/metrics" if options.serve.no_dashboard else f"dashboard on {url}/ (and /metrics)"
+            )
             print(f"reconciler up: {shown}", flush=True)
 
         watcher = asyncio.create_task(watch_files(store, watching, stop))
         watcher.add_done_callback(lambda task: stop_if_failed(task, stop))
         try:
-            await run_engine(store, web_options(args, store.dsn, DEFAULT_ADDR, show_url), stop, engine)
+            await run_engine(store, web_options(options.serve, store.dsn, DEFAULT_ADDR, show_url), stop, engine)
         finally:
             stop.set()
             (failure,) = await asyncio.gather(watcher, return_exceptions=True)
@@ -215,4 +225,4 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("reconciler up: stopped", flush=True)
         return EXIT_OK
 
-    return with_store(DatabaseOptions.of(args), work, pool_size=engine_pool_size(config))
+    return with_store(options.database, work, pool_size=engine_pool_size(config))

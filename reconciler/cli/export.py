@@ -3,59 +3,67 @@ existing ones."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from reconciler.cli.options import DatabaseOptions
-from reconciler.cli.runtime import with_store
+from reconciler.cli.options import ExportOptions
 from reconciler.clock import utcnow
-from reconciler.db.rows import TaskRow
-from reconciler.db.store import Store
 from reconciler.errors import EXIT_OK, UserError
 from reconciler.files.locations import beside
-from reconciler.files.problems import printable
-from reconciler.files.registry import named_kinds
-from reconciler.reconcile.declared import stored_rows
-from reconciler.reconcile.diff import StoredRow
-from reconciler.reconcile.export import (
-    DEFAULT_OUT_DIR,
-    Exported,
-    Placeholders,
-    check_beside_dir,
-    check_targets,
-    export_item,
-    export_row,
-    one_per_name,
-    write_new,
-)
+
+if TYPE_CHECKING:
+    from reconciler.db.rows import TaskRow
+    from reconciler.db.store import Store
+    from reconciler.reconcile.diff import StoredRow
+    from reconciler.reconcile.export import Exported
 
 
 def _warn(message: str, fmt: str) -> None:
+    from reconciler.files.problems import printable
+
     if fmt == "json":
         print(json.dumps({"ts": utcnow().isoformat(), "level": "warning", "message": message}), file=sys.stderr)
     else:
         print(f"warning: {printable(message)}", file=sys.stderr)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def export(options: ExportOptions) -> int:
+    """The database's tasks and the items of every declared kind as new files (adoption)."""
+    from reconciler.cli.runtime import with_store
+    from reconciler.db.store import Store
+    from reconciler.files.problems import printable
+    from reconciler.files.registry import named_kinds
+    from reconciler.reconcile.declared import stored_rows
+    from reconciler.reconcile.export import (
+        DEFAULT_OUT_DIR,
+        Placeholders,
+        check_beside_dir,
+        check_targets,
+        export_item,
+        export_row,
+        one_per_name,
+        write_new,
+    )
+
     kinds = named_kinds()
 
     async def work(store: Store) -> tuple[list[TaskRow], list[list[StoredRow]]]:
         async with store.connection() as conn:
             return await Store.tasks(conn), [await stored_rows(conn, kind) for kind in kinds]
 
-    rows, stored = with_store(DatabaseOptions.of(args), work)
-    if args.sources:  # --source given: that source's files only, which `plan --source` then owns
-        rows = [row for row in rows if row.source == args.source]
-        stored = [[row for row in items if row.source == args.source] for items in stored]
-    out = Path(DEFAULT_OUT_DIR if args.out_dir is None else args.out_dir)  # None: --help names it without importing us
+    rows, stored = with_store(options.database, work)
+    source = options.source
+    if source is not None:  # --source given: that source's files only, which `plan --source` then owns
+        rows = [row for row in rows if row.source == source]
+        stored = [[row for row in items if row.source == source] for items in stored]
+    out = Path(DEFAULT_OUT_DIR if options.out_dir is None else options.out_dir)  # None: --help names it unimported
     names = Placeholders()
     exported = [export_row(row, names) for row in sorted(rows, key=lambda r: r.id)]
     files = _files(out, exported)
-    check_targets(out, [path for path, _ in files], args.force)
+    check_targets(out, [path for path, _ in files], options.force)
     written: list[tuple[Path, str]] = []
     counts: list[str] = []
     # Every other kind goes where every command looks for it: its directory beside the tasks'.
@@ -65,26 +73,26 @@ def cmd_export(args: argparse.Namespace) -> int:
         kind_items = [export_item(kind, row, names) for row in chosen]
         kind_files = _files(folder, kind_items)
         if kind_files:
-            check_beside_dir(folder, out, args.force, f"{kind.name}s")
-            check_targets(folder, [path for path, _ in kind_files], args.force, f"{kind.name}s directory")
+            check_beside_dir(folder, out, options.force, f"{kind.name}s")
+            check_targets(folder, [path for path, _ in kind_files], options.force, f"{kind.name}s directory")
             counts.append(f"{len(kind_files)} {kind.name}(s) to {printable(str(folder))}")
         written += kind_files
         for warning in [*warnings, *(line for item in kind_items for line in item.warnings)]:
-            _warn(warning, args.log_format)
+            _warn(warning, options.log_format)
     for item in exported:
         for warning in item.warnings:
-            _warn(warning, args.log_format)
+            _warn(warning, options.log_format)
     try:
         for path, text in [*written, *files]:
-            write_new(path, text, args.force)
+            write_new(path, text, options.force)
     except FileExistsError as exc:  # created since the check
         raise UserError(f"export: {printable(str(exc.filename))} appeared while exporting; run export again") from None
     except OSError as exc:
         raise UserError(f"export: cannot write {printable(str(exc.filename))} ({exc.strerror})") from None
     shown = printable(str(out))
     summary = " and ".join([f"exported {len(files)} task(s) to {shown}", *counts])
-    source = f" --source {shlex.quote(args.source)}" if args.sources else ""
-    print(f"{summary}; review them with: reconciler plan --tasks-dir {shown}{source}")
+    named = f" --source {shlex.quote(source)}" if source is not None else ""
+    print(f"{summary}; review them with: reconciler plan --tasks-dir {shown}{named}")
     return EXIT_OK
 
 

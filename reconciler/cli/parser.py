@@ -1,26 +1,83 @@
-"""Command line: argparse only, no logic. `main(argv) -> int`."""
+"""The command line: its grammar (argparse), each command's typed function and options, and `main(argv) -> int`.
+
+Every command is a `Command`: a typed function of cli/ and the options value it takes (cli/options.py), built
+from the parsed line. The command modules are light to import (what they use is imported inside them), so the
+parser binds the functions themselves: editors and tools follow every command to its code.
+"""
 
 from __future__ import annotations
 
 import argparse
 import gc
-import importlib
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, NoReturn, TypeVar
 
 from reconciler import __version__
-from reconciler.db.embedded import find_tasks_dir
+from reconciler.cli import backfill as cli_backfill
+from reconciler.cli import commands as cli_commands
+from reconciler.cli import completion as cli_completion
+from reconciler.cli import dashboard as cli_dashboard
+from reconciler.cli import db as cli_db
+from reconciler.cli import engine as cli_engine
+from reconciler.cli import export as cli_export
+from reconciler.cli import operator as cli_operator
+from reconciler.cli import schema as cli_schema
+from reconciler.cli import watch as cli_watch
+from reconciler.cli.argtypes import (
+    COUNT,
+    DEBOUNCE_MS,
+    KEEP_DAYS,
+    KEEP_DAYS_DEFAULT,
+    LIMIT,
+    MAX_DELETES,
+    MAX_SLEEP,
+    SECONDS,
+    bounded,
+    host_port,
+    revision_name,
+)
+from reconciler.cli.options import (
+    ApplyCommandOptions,
+    BackfillOptions,
+    CancelOptions,
+    CompletionOptions,
+    DashboardOptions,
+    DatabaseOptions,
+    DbOptions,
+    EngineOptions,
+    ExplainOptions,
+    ExportOptions,
+    NextOptions,
+    PlanOptions,
+    ReadOptions,
+    SchemaOptions,
+    SelectionOptions,
+    TriggerOptions,
+    UpOptions,
+    ValidateOptions,
+    WatchCommandOptions,
+)
 from reconciler.errors import EXIT_ERROR, EXIT_OK, UserError, as_bytes, is_utf8
 from reconciler.files.locations import DIRECTORY_OPTIONS, TASKS_KIND, beside, dest
+from reconciler.files.project import find_tasks_dir
 from reconciler.logs import error_line, flush_logs
 from reconciler.runs import STATUSES
-from reconciler.spec.hosts import HOST_PORT, host_problem
 
-Handler = Callable[[argparse.Namespace], int]
-Number = TypeVar("Number", int, float)
+OptionsT = TypeVar("OptionsT")
+
+
+@dataclass(frozen=True)
+class Command(Generic[OptionsT]):
+    """A command: its typed function, and how its options value is built from the parsed command line."""
+
+    run: Callable[[OptionsT], int]
+    options: Callable[[argparse.Namespace], OptionsT]
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return self.run(self.options(args))
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,56 +121,6 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument(
         "--no-color", action="store_true", default=default(False), help="no ANSI colours (as does a non-empty NO_COLOR)"
     )
-
-
-def bounded(kind: Callable[[str], Number], low: Number, high: Number, above: bool = False) -> Callable[[str], Number]:
-    """An argparse type: a finite `kind` in [low, high] (in (low, high] when `above`)."""
-    noun = "an integer" if kind is int else "a number"
-    limits = f"{'greater than' if above else 'at least'} {low} and at most {high}"
-
-    def parse(text: str) -> Number:
-        try:
-            if not text.isascii() or "_" in text:  # int() reads '٣', '５' and '1_0'; a person means none of them
-                raise ValueError(text)
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
-        if not math.isfinite(value) or value < low or value > high or (above and value == low):
-            raise argparse.ArgumentTypeError(f"{text!r} must be {limits}")
-        return value
-
-    return parse
-
-
-def revision_name(text: str) -> str:
-    """An argparse type: a revision as git or a person writes it, 1-200 printable characters."""
-    if not 0 < len(text) <= 200 or not text.isprintable() or text != text.strip():
-        raise argparse.ArgumentTypeError("a revision is 1 to 200 printable characters without surrounding spaces")
-    return text
-
-
-def host_port(text: str) -> str:
-    """An argparse type: HOST:PORT with a port 0-65535; an IPv6 host goes in brackets."""
-    match = HOST_PORT.fullmatch(text)
-    if not match or not 0 < len(match.group(2) or "") <= 5 or int(match.group(2)) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT with a port from 0 to 65535")
-    host = match.group(1)
-    problem = host_problem(host) if host else None
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    # Brackets dropped: metrics.serve_metrics splits at the last colon and binds the bare address.
-    return f"{host.strip('[]')}:{int(match.group(2))}"
-
-
-# Option bounds (docs/files.md, "Input bounds"): generous, but each value stays one the process can act on.
-COUNT = bounded(int, 1, 10_000)  # --count, --concurrency, --batch
-LIMIT = bounded(int, 1, 100_000)
-MAX_DELETES = bounded(int, 0, 1_000_000)
-DEBOUNCE_MS = bounded(int, 0, 600_000)
-KEEP_DAYS = bounded(float, 0.0, 36_500.0)
-KEEP_DAYS_DEFAULT = 30.0
-SECONDS = bounded(float, 0.0, 86_400.0)  # --drain-seconds, --lease-margin
-MAX_SLEEP = bounded(float, 0.0, 3600.0)
 
 
 def _token_option(parser: argparse.ArgumentParser) -> None:
@@ -195,17 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
-        """A command whose `handler` is named "module:function" (see `resolve`)."""
+    def add(name: str, command: Command[Any], help_text: str) -> argparse.ArgumentParser:
+        """A command of the line: its `command` runs with the options the line gives."""
         child = sub.add_parser(name, help=help_text, allow_abbrev=False)
         _global_options(child, suppress=True)
-        child.set_defaults(handler=handler)
+        child.set_defaults(run=command)
         return child
 
     def fmt(child: argparse.ArgumentParser, *choices: str) -> None:
         child.add_argument("--format", choices=["text", *choices], default="text")
 
-    validate = add("validate", "cli.commands:cmd_validate", "parse and check every task file (no database)")
+    validate = add(
+        "validate", Command(cli_commands.validate, ValidateOptions.of), "parse and check every task file (no database)"
+    )
     validate.add_argument(
         "--env-policy", action="store_true", help="also check that every { env = NAME } is one engines let tasks read"
     )
@@ -213,21 +222,23 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--check-env", action="store_true", help="also report every { env = NAME } not set in this environment"
     )
-    nxt = add("next", "cli.commands:cmd_next", "next fire times per task (no database)")
+    nxt = add("next", Command(cli_commands.next_fire_times, NextOptions.of), "next fire times per task (no database)")
     nxt.add_argument("ids", nargs="*", metavar="ID")
     nxt.add_argument("--count", type=COUNT, default=5)
     nxt.add_argument("--after", help="ISO date-time to count from (default now; no offset = UTC)")
     fmt(nxt, "json")
 
     plan = add(
-        "plan", "cli.commands:cmd_plan", "diff the task files against the database, with apply's verdict (read-only)"
+        "plan",
+        Command(cli_commands.plan, PlanOptions.of),
+        "diff the task files against the database, with apply's verdict (read-only)",
     )
     fmt(plan, "json", "markdown")
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when there are changes")
     plan.add_argument("--out", help="save the plan (json) for `apply PLANFILE`")
     _verdict_options(plan)
 
-    apply = add("apply", "cli.commands:cmd_apply", "apply the diff in one transaction")
+    apply = add("apply", Command(cli_commands.apply, ApplyCommandOptions.of), "apply the diff in one transaction")
     apply.add_argument("planfile", nargs="?", metavar="PLANFILE")
     _verdict_options(apply)
     apply.add_argument(
@@ -237,21 +248,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _reason(apply)
 
-    watch = add("watch", "cli.watch:cmd_watch", "apply whenever the task files change")
+    watch = add("watch", Command(cli_watch.watch, WatchCommandOptions.of), "apply whenever the task files change")
     watch.add_argument("--no-prune", action="store_true")
     watch.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
 
-    status = add("status", "cli.db:cmd_status", "tasks, next runs, last run status, drift, live engines")
+    status = add(
+        "status", Command(cli_db.status, ReadOptions.of), "tasks, next runs, last run status, drift, live engines"
+    )
     fmt(status, "json")
 
-    history = add("history", "cli.db:cmd_history", "applies, newest first: revision, author, counts")
+    history = add("history", Command(cli_db.history, ReadOptions.of), "applies, newest first: revision, author, counts")
     history.add_argument("id", nargs="?", metavar="ID", help="only the applies that changed this task")
     history.add_argument("--limit", type=LIMIT, default=20)
     fmt(history, "json")
 
     export = add(
         "export",
-        "cli.export:cmd_export",
+        Command(cli_export.export, ExportOptions.of),
         "write the database's tasks and notifiers as new files (never over existing ones); "
         "--source: that source's only",
     )
@@ -260,13 +273,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--force", action="store_true", help="overwrite files that already exist in --out-dir")
 
-    _engine_options(add("engine", "cli.engine:cmd_engine", "claim and fire due tasks until SIGTERM"))
-    up = add("up", "cli.engine:cmd_up", "local one-process mode: embedded database, apply, watch and engine")
+    _engine_options(
+        add("engine", Command(cli_engine.engine, EngineOptions.of), "claim and fire due tasks until SIGTERM")
+    )
+    up = add(
+        "up", Command(cli_engine.up, UpOptions.of), "local one-process mode: embedded database, apply, watch and engine"
+    )
     _engine_options(up)
     up.add_argument("--no-prune", action="store_true", help="keep tasks that are missing from the files")
     up.add_argument("--debounce-ms", type=DEBOUNCE_MS, default=300)
 
-    runs = add("runs", "cli.db:cmd_runs", "run history")
+    runs = add("runs", Command(cli_db.runs, ReadOptions.of), "run history")
     runs.add_argument("id", nargs="?", metavar="ID")
     runs.add_argument("--limit", type=LIMIT, default=50)
     runs.add_argument("--status", choices=STATUSES)
@@ -277,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     notifications = add(
         "notifications",
-        "cli.db:cmd_notifications",
+        Command(cli_db.notifications, ReadOptions.of),
         "notifications, newest first: task, event, notifier, delivery state",
     )
     notifications.add_argument("--status", choices=["pending", "delivered", "failed"])
@@ -285,18 +302,20 @@ def build_parser() -> argparse.ArgumentParser:
     notifications.add_argument("--limit", type=LIMIT, default=50)
     fmt(notifications, "json")
 
-    trigger = add("trigger", "cli.db:cmd_trigger", "queue one manual run now (schedule untouched)")
+    trigger = add(
+        "trigger", Command(cli_db.trigger, TriggerOptions.of), "queue one manual run now (schedule untouched)"
+    )
     trigger.add_argument("id", metavar="ID")
     trigger.add_argument(
         "--wait", action="store_true", help="follow the run: print its result, exit 0 if it succeeded, 1 if not"
     )
     _reason(trigger)
-    cancel = add("cancel", "cli.db:cmd_cancel", "cancel a manual run that is still queued")
+    cancel = add("cancel", Command(cli_db.cancel, CancelOptions.of), "cancel a manual run that is still queued")
     cancel.add_argument("run_id", type=bounded(int, 1, 2**63 - 1), metavar="RUN_ID")
     _reason(cancel)
     backfill = add(
         "backfill",
-        "cli.backfill:cmd_backfill",
+        Command(cli_backfill.backfill, BackfillOptions.of),
         "re-run a past range of a task's occurrences [from, to) exactly; --list, --cancel N",
     )
     backfill.add_argument("id", nargs="?", metavar="ID", help="the task (with --list: only its backfills)")
@@ -322,43 +341,67 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fmt(backfill, "json")
     _reason(backfill)
-    pause = add("pause", "cli.operator:cmd_pause", "pause tasks at runtime: their occurrences are skipped (not in git)")
+    pause = add(
+        "pause",
+        Command(cli_operator.pause, SelectionOptions.of),
+        "pause tasks at runtime: their occurrences are skipped (not in git)",
+    )
     pause.add_argument("ids", nargs="*", metavar="ID", help="the tasks (or --source S: every task of that source)")
     _reason(pause, "why (required): shown in runs, status, explain, plan and the audit log")
     pause.add_argument("--until", metavar="T", help="ISO date-time at which the pause ends by itself (no offset = UTC)")
-    resume = add("resume", "cli.operator:cmd_resume", "end a pause: the tasks fire again from now (no catch-up)")
+    resume = add(
+        "resume",
+        Command(cli_operator.resume, SelectionOptions.of),
+        "end a pause: the tasks fire again from now (no catch-up)",
+    )
     resume.add_argument("ids", nargs="*", metavar="ID", help="the tasks (or --source S: its paused tasks)")
     _reason(resume)
-    audit = add("audit", "cli.operator:cmd_audit", "operator actions, newest first: who, what, when and why")
+    audit = add(
+        "audit", Command(cli_operator.audit, ReadOptions.of), "operator actions, newest first: who, what, when and why"
+    )
     audit.add_argument("id", nargs="?", metavar="ID", help="only the actions on this task")
     audit.add_argument("--limit", type=LIMIT, default=50)
     fmt(audit, "json")
-    add("down", "cli.db:cmd_down", "stop this project's embedded PostgreSQL (started by any command without --dsn)")
+    add(
+        "down",
+        Command(cli_db.down, DatabaseOptions.of),
+        "stop this project's embedded PostgreSQL (started by any command without --dsn)",
+    )
 
-    dashboard = add("dashboard", "cli.dashboard:cmd_dashboard", "the read-only web UI (default 127.0.0.1:9464)")
+    dashboard = add(
+        "dashboard",
+        Command(cli_dashboard.dashboard, DashboardOptions.of),
+        "the read-only web UI (default 127.0.0.1:9464)",
+    )
     dashboard.add_argument("--addr", type=host_port, help="HOST:PORT to listen on (default 127.0.0.1:9464)")
     dashboard.add_argument("--with-parent", action="store_true", help=argparse.SUPPRESS)  # an engine's child
     _token_option(dashboard)
 
-    explain = add("explain", "cli.db:cmd_explain", "why a task did or did not fire around a time")
+    explain = add("explain", Command(cli_db.explain, ExplainOptions.of), "why a task did or did not fire around a time")
     explain.add_argument("id", metavar="ID")
     explain.add_argument("--at", help="ISO date-time to explain (default now; no offset = UTC)")
 
-    db = add("db", "cli.db:cmd_db", "database maintenance")
+    db = add("db", Command(cli_db.db, DbOptions.of), "database maintenance")
     db.add_argument(
         "action", choices=["init", "grants"], help="init: create or upgrade the schema; grants: print GRANTs"
     )
     for role in ("planner", "applier", "engine", "dashboard"):
         db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
 
-    schema = add("schema", "cli.schema:cmd_schema", "print the JSON Schema of task files (for editors and CI)")
+    schema = add(
+        "schema",
+        Command(cli_schema.schema, SchemaOptions.of),
+        "print the JSON Schema of task files (for editors and CI)",
+    )
     schema.add_argument(
         "--kind",
         choices=[kind for kind, _, _ in DIRECTORY_OPTIONS],
         default=TASKS_KIND,
         help="the kind of file (default task)",
     )
-    completion = add("completion", "cli.completion:cmd_completion", "print a shell completion script")
+    completion = add(
+        "completion", Command(cli_completion.completion, CompletionOptions.of), "print a shell completion script"
+    )
     completion.add_argument("shell", metavar="SHELL", help="bash, zsh or fish")
     return parser
 
@@ -384,17 +427,6 @@ def scope_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     args.source = given[-1] if given else "default"
 
 
-def resolve(handler: str) -> Handler:
-    """The function a command's "module:function" names, below `reconciler`.
-
-    Imported only when its command runs: psycopg, aiohttp and the engine take most of a second
-    to import, and `--version`, `--help` and `validate` need none of them.
-    """
-    module, _, name = handler.partition(":")
-    function: Handler = getattr(importlib.import_module(f"reconciler.{module}"), name)
-    return function
-
-
 # The options that name a path: {as shown: attribute}.
 PATH_OPTIONS = {
     **{option: dest(option) for _, _, option in DIRECTORY_OPTIONS},
@@ -408,6 +440,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, with the defaults that depend on other options filled in."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.parser = parser  # `completion` completes this very command line
     scope_sources(parser, args)
     for option, name in PATH_OPTIONS.items():
         path = getattr(args, name, None)
@@ -427,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_gc()
     args = parse(argv)
     try:
-        code: int = resolve(args.handler)(args)  # in the try: a Ctrl-C during the import exits 130 too
+        code: int = args.run(args)  # in the try: a Ctrl-C during a late import exits 130 too
         return code
     except UserError as exc:
         flush_logs()  # the lines logged before it come first

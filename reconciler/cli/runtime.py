@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, TypeVar
 from reconciler.cli.console import log
 from reconciler.cli.declared import load_or_report
 from reconciler.cli.options import DatabaseOptions, FilesOptions
-from reconciler.db.embedded import resolve_dsn
 from reconciler.errors import DatabaseUnavailable
-from reconciler.files.declared import Declared
 
 if TYPE_CHECKING:
     from reconciler.db.store import Store
     from reconciler.engine.loop import Engine
+    from reconciler.files.declared import Declared
 
 T = TypeVar("T")
 
@@ -30,9 +29,10 @@ T = TypeVar("T")
 def store_for(database: DatabaseOptions, pool_size: int = 4) -> Store:
     """The store (not opened yet) of --dsn, else RECONCILER_DSN, else DATABASE_URL, else the project's
     embedded server (started if need be); its errors name which one it was."""
+    from reconciler.db.embedded import resolve_dsn
     from reconciler.db.store import Store
 
-    dsn, origin = resolve_dsn(database.dsn, database.tasks_dir)
+    dsn, origin = resolve_dsn(database.dsn, database.home)
     return Store(dsn, origin=origin, max_size=pool_size)
 
 

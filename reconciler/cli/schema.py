@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
-
+from reconciler.cli.options import SchemaOptions
 from reconciler.errors import EXIT_OK
-from reconciler.files.registry import kind_named
-from reconciler.spec.jsonschema import render
 
 
-def cmd_schema(args: argparse.Namespace) -> int:
+def schema(options: SchemaOptions) -> int:
     """Print the JSON Schema of a kind of file (`reconciler schema > schema/task.schema.json`)."""
-    kind = kind_named(args.kind)
+    from reconciler.files.registry import kind_named
+    from reconciler.spec.jsonschema import render
+
+    kind = kind_named(options.kind)
     print(render(kind.name, kind.model, kind.title, kind.description), end="")
     return EXIT_OK

@@ -2,36 +2,36 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.cli.console import err
 from reconciler.cli.declared import need_tasks_dir
-from reconciler.cli.options import DatabaseOptions, FilesOptions, WatchOptions
+from reconciler.cli.options import FilesOptions, WatchCommandOptions, WatchOptions
 from reconciler.cli.runtime import stop_on_signals, with_store
 from reconciler.clock import utcnow
-from reconciler.db.store import Store
 from reconciler.errors import EXIT_OK, UserError
-from reconciler.reconcile.revision import detect, working_tree
+
+if TYPE_CHECKING:
+    from reconciler.db.store import Store
 
 Changes = AsyncGenerator[set[tuple[Any, str]], None]
 
 
-def cmd_watch(args: argparse.Namespace) -> int:
-    options = WatchOptions.of(args)
-    need_tasks_dir(options.files)
+def watch(options: WatchCommandOptions) -> int:
+    """Apply the declared files now, then after every (debounced) change, until SIGTERM or Ctrl-C."""
+    need_tasks_dir(options.watch.files)
 
     async def work(store: Store) -> int:
         # SIGINT/SIGTERM end the watch cleanly (exit 0, like `up` and `engine`); a KeyboardInterrupt
         # would leave the file watcher's thread running and the process waiting for it.
-        await watch_files(store, options, stop_on_signals())
+        await watch_files(store, options.watch, stop_on_signals())
         return EXIT_OK
 
-    return with_store(DatabaseOptions.of(args), work)
+    return with_store(options.database, work)
 
 
 async def apply_files(store: Store, options: WatchOptions) -> None:
@@ -40,6 +40,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
     from reconciler.operate.audit import Operator
     from reconciler.output.plan_lines import summary_line
     from reconciler.reconcile.apply import ApplyOptions, apply_tasks, load_files
+    from reconciler.reconcile.revision import detect, working_tree
 
     stamp = utcnow().strftime("%H:%M:%S")
     files = options.files

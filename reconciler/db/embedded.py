@@ -1,8 +1,8 @@
 """The embedded PostgreSQL used when no DSN is given: one per project, in <project root>/.reconciler/pgdata.
 
-The project root is the folder holding the tasks directory, wherever a command runs from
-(README, "Quick start"), so `status` in `tasks.d/billing/` reads the same database as at the
-root. The server outlives the command that started it; `reconciler down` stops it.
+Which folder that is, the caller says (files/project.py finds the project from wherever a command runs, so
+`status` in `tasks.d/billing/` reads the same database as at the root). The server outlives the command that
+started it; `reconciler down` stops it.
 """
 
 from __future__ import annotations
@@ -10,71 +10,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.errors import DatabaseUnavailable, UserError
 
-HOME_NAME = ".reconciler"
 DOWN_SECONDS = 60.0  # a fast shutdown ends the sessions and writes a checkpoint
-
-
-def _upwards(here: Path) -> list[Path]:
-    """`here` and the folders above it, up to and including the first that holds a `.git`."""
-    folders = []
-    for folder in (here, *here.parents):
-        folders.append(folder)
-        if (folder / ".git").exists():
-            break
-    return folders
-
-
-def find_tasks_dir(tasks_dir: str, cwd: Path | None = None) -> str:
-    """--tasks-dir as given when it exists from here; a relative one that does not is looked for
-    in the folders above (a command run inside `tasks.d/billing/`, up to the git top level) and
-    returned relative to here, so messages name files as the user can open them."""
-    here = (cwd or Path.cwd()).resolve()
-    given = Path(tasks_dir)
-    if given.is_absolute() or (here / given).is_dir():
-        return tasks_dir
-    for folder in _upwards(here)[1:]:
-        if (folder / given).is_dir():
-            return os.path.relpath(folder / given, here)
-    return tasks_dir
-
-
-def project_root(tasks_dir: str, cwd: Path | None = None) -> Path | None:
-    """The folder the embedded database belongs to: the one holding the tasks directory; else
-    the nearest one above that holds a `.reconciler/`; else the git top level; else None."""
-    here = (cwd or Path.cwd()).resolve()
-    given = here / tasks_dir
-    if given.is_dir():
-        return given.resolve().parent
-    for folder in _upwards(here):
-        if (folder / HOME_NAME).is_dir():
-            return folder
-    try:
-        top = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return Path(top.stdout.strip()) if top.returncode == 0 and top.stdout.strip() else None
-
-
-def home_for(tasks_dir: str) -> Path:
-    """`<project root>/.reconciler`; outside any project an error rather than a stray database."""
-    root = project_root(tasks_dir)
-    if root is None:
-        raise UserError(
-            f"no tasks directory {tasks_dir!r} here or above, and no git repository: run the command in your "
-            "project, pass --tasks-dir, or name a database with --dsn or RECONCILER_DSN"
-        )
-    return root / HOME_NAME
 
 
 def _prepare(home: Path) -> None:
@@ -151,20 +96,21 @@ def configured_dsn(explicit: str | None) -> str | None:
     return None if found is None else found[0]
 
 
-def resolve_dsn(explicit: str | None, tasks_dir: str = "tasks.d") -> tuple[str, DsnOrigin]:
-    """The configured DSN, else the project's embedded server's (started if need be), and where it came from."""
+def resolve_dsn(explicit: str | None, home: Callable[[], Path]) -> tuple[str, DsnOrigin]:
+    """The configured DSN, else the embedded server's in `home()` (the project's `.reconciler`, asked only then;
+    started if need be), and where it came from."""
     found = configured(explicit)
     if found is not None:
         return found
-    home = home_for(tasks_dir)
-    return embedded_dsn(home), DsnOrigin(embedded=home / "pgdata")
+    folder = home()
+    return embedded_dsn(folder), DsnOrigin(embedded=folder / "pgdata")
 
 
-def database_label(explicit: str | None, tasks_dir: str = "tasks.d") -> str:
+def database_label(explicit: str | None, home: Callable[[], Path]) -> str:
     """Which database a command reads, for people: the embedded data directory or the DSN without its password."""
     dsn = configured_dsn(explicit)
     if dsn is None:
-        return f"embedded PostgreSQL in {home_for(tasks_dir) / 'pgdata'}"
+        return f"embedded PostgreSQL in {home() / 'pgdata'}"
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     try:

@@ -1,6 +1,6 @@
 """The database's state as an engine sees it, logged once per change: unavailable, still unavailable
 every STILL_DOWN_SECONDS while it lasts, reachable again. The claim loop and the start-up wait report
-every try to it; the tries themselves (and psycopg_pool's own warnings, see db/store.py) log nothing.
+every try to it; the tries themselves (and psycopg_pool's own warnings, see db/errors.py) log nothing.
 """
 
 from __future__ import annotations

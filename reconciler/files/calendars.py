@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler.clock import utcnow
 from reconciler.files.directory import load_named
-from reconciler.files.kinds import DeclaredItem, ErrorAt, Named, NamedKind
+from reconciler.files.kinds import Checked, DeclaredItem, Named, NamedKind
 from reconciler.files.problems import FileError
 from reconciler.files.references import missing, users_of
 from reconciler.schedule.base import TriggerError
@@ -161,17 +161,17 @@ class CalendarKind(NamedKind[Calendar]):
         item_id: str,
         display: str,
         source: str,
-        checked: tuple[Any, dict[str, Any], list[FileError], ErrorAt],
+        checked: Checked,
         digest: str | None,
     ) -> tuple[Calendar | None, list[FileError]]:
         """A blackout's fixed local times must each name one instant (not a DST gap or overlap)."""
-        spec, _, errors, error = checked
+        spec = checked.spec
         if isinstance(spec, BlackoutCalendar):
             try:
                 Blackout.stored(item_id, spec.model_dump(mode="json", by_alias=True, exclude_none=True))
             except TriggerError as exc:
-                errors.append(error(tuple(exc.key.split(".")), exc.message, exc.key))
-        return super().finish(item_id, display, source, (spec, _, errors, error), digest)
+                checked.errors.append(checked.error(tuple(exc.key.split(".")), exc.message, exc.key))
+        return super().finish(item_id, display, source, checked, digest)
 
 
 CALENDARS = CalendarKind()

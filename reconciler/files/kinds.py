@@ -45,6 +45,17 @@ def spec_hash(normalized: dict[str, Any]) -> str:
     return hash_canonical(canonical_json(normalized))
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A file as far as the model took it: the model (None when it refused the data), the data it saw, the errors
+    so far, and the file's ErrorAt (for the kind's own checks)."""
+
+    spec: Any
+    data: dict[str, Any]
+    errors: list[FileError]
+    error: ErrorAt
+
+
 class DeclaredItem:
     """A valid declared file of any kind: the line of a key, and its spec normalized, as canonical
     JSON and hashed (what apply stores and compares)."""
@@ -164,12 +175,11 @@ class Kind(Generic[ItemT]):
         item_id: str,
         display: str,
         source: str,
-        checked: tuple[Any, dict[str, Any], list[FileError], ErrorAt],
+        checked: Checked,
         digest: str | None,
     ) -> tuple[ItemT | None, list[FileError]]:
-        """The item, or every problem of the file: `checked` is (the model or None, the data it saw,
-        the errors so far, the file's ErrorAt) for checks of the kind's own."""
-        spec, _, errors, _ = checked
+        """The item, or every problem of the file (`checked`: as far as the model took it)."""
+        spec, errors = checked.spec, checked.errors
         if spec is None:
             return None, sorted(errors, key=lambda e: e.line)
         if errors:
@@ -290,4 +300,4 @@ def check_data(
         leads: list[tuple[str, ...]] = [(tag,) for tag in kind.keys.root_tags] or [()]
         bad = [(*lead, *loc) for loc, _ in hostile for lead in leads]
         errors += [kind.model_error(found) for found in model_errors(exc, kind.keys, bad, error)]
-    return kind.finish(item_id, display, source, (spec, data, errors, error), digest)
+    return kind.finish(item_id, display, source, Checked(spec, data, errors, error), digest)

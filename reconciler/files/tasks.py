@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 from pydantic import TypeAdapter, ValidationError
 
 from reconciler.files.directory import DirFiles, read_dir
-from reconciler.files.kinds import DeclaredItem, ErrorAt, Kind, check_data, validate
+from reconciler.files.kinds import Checked, DeclaredItem, ErrorAt, Kind, check_data, validate
 from reconciler.files.problems import FileError, FileWarning
 from reconciler.files.text import BOM
 from reconciler.schedule.base import Schedule, TriggerError
@@ -164,12 +164,12 @@ class TaskKind(Kind[Task]):
         item_id: str,
         display: str,
         source: str,
-        checked: tuple[Any, dict[str, Any], list[FileError], ErrorAt],
+        checked: Checked,
         digest: str | None,
     ) -> tuple[Task | None, list[FileError]]:
         """Every problem of the file comes in one pass, in line order: values no model may see,
         field errors, checks across fields and the trigger's window times."""
-        spec, data, errors, error = checked
+        spec, data, errors, error = checked.spec, checked.data, checked.errors, checked.error
         checkable = _checkable_trigger(data) if spec is None else None
         if spec is not None:
             try:

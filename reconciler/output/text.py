@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_iso, utc_text, when_text
@@ -29,7 +29,12 @@ OVERDUE_SECONDS = 60
 # ---------------------------------------------------------------- instants
 
 
-NextRow = tuple[Task, list[Fire], list[Excluded]]
+class NextRow(NamedTuple):
+    """One task of `reconciler next`: its next occurrences, and what its calendars take away in that span."""
+
+    task: Task
+    fires: list[Fire]
+    excluded: list[Excluded]
 
 
 def next_text(rows: list[NextRow]) -> str:

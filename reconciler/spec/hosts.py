@@ -38,3 +38,13 @@ def host_problem(host: str) -> str | None:
     if len(host) > 253 or not all(HOST_LABEL.fullmatch(label) for label in labels):
         return f"{host!r} is not a valid host name"
     return None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) only listens on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

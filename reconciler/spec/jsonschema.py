@@ -63,12 +63,12 @@ def _clock_times(_: GenerateJsonSchema) -> JsonSchemaValue:
 
 
 def _plain_validator(annotated: Any) -> Callable[..., Any]:
-    """The function of the PlainValidator in an `Annotated[...]` type of models.py."""
+    """The function of the PlainValidator in an `Annotated[...]` value type of spec/values.py."""
     [found] = [item.func for item in typing.get_args(annotated)[1:] if isinstance(item, PlainValidator)]
     return found
 
 
-# What a file may hold where models.py reads a value with its own function: pydantic cannot see
+# What a file may hold where spec/values.py reads a value with its own function: pydantic cannot see
 # inside one, and would describe it as "anything".
 PLAIN_INPUTS: dict[Callable[..., Any], Callable[[GenerateJsonSchema], JsonSchemaValue]] = {
     _plain_validator(StrOrEnv): _str_or_env,

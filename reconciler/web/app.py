@@ -10,7 +10,6 @@ and script, and may not be framed); with a token, the dashboard's routes want it
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -66,16 +65,6 @@ def guard(token: str | None) -> Middleware:
 def _bearer_ok(request: web.Request, expected: bytes) -> bool:
     given = request.headers.get("Authorization", "").encode("utf-8", "replace")
     return hmac.compare_digest(given, expected)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (an address or a name) only listens on this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Pages(Protocol):

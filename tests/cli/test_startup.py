@@ -6,6 +6,7 @@ What is imported, not how long it takes: the times are `bench/startup.py`'s, on 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli.parser import build_parser, resolve
+from reconciler.cli.parser import Command, build_parser
 
 # Loaded only by the commands that talk to PostgreSQL, fire requests, serve metrics or watch files.
 HEAVY = (
@@ -72,7 +73,12 @@ def test_light_commands_import_no_database_http_or_engine(
     assert [name for name in (*HEAVY, *also_not) if name in modules] == []
 
 
-def test_every_command_names_a_handler_that_exists() -> None:
+def test_every_command_is_a_typed_function_of_its_options() -> None:
+    """Dispatch by the functions themselves: each command's `run` takes the one options value its `options` builds."""
     [commands] = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
     for name, parser in commands.choices.items():
-        assert callable(resolve(parser.get_default("handler"))), name
+        command = parser.get_default("run")
+        assert isinstance(command, Command), name
+        [parameter] = inspect.signature(command.run).parameters.values()
+        built = command.options.__self__  # type: ignore[attr-defined]  # the options class whose `of` builds it
+        assert parameter.annotation == built.__name__, name

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
-from reconciler.cli.parser import COUNT, KEEP_DAYS, SECONDS, host_port
+from reconciler.cli.argtypes import COUNT, KEEP_DAYS, SECONDS, host_port
 from reconciler.files.problems import FileError
 from reconciler.files.scan import scan
 from reconciler.files.tasks import load_dir

@@ -1,0 +1,102 @@
+"""One engine's fires/s now against a baseline revision's, in one run: `python -m bench.versus [REVISION]`.
+
+bench.engine's (a) scenario (1 engine, 10,000 due one-shot tasks, one local sink) alternates ROUNDS times between
+an engine process of the current tree and one of REVISION (default BASELINE: the commit before the house's
+step 2), checked out into a temporary folder and put first on the engine's PYTHONPATH. The harness (files,
+apply, sink, measuring) is the current tree's for both, so only the engine differs. The medians and their ratio
+are printed and written to bench/results/versus.json; a ratio within the rounds' spread is "the same".
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import write_results
+from bench.engine import BATCH, CONCURRENCY, TASKS, free_port, load_average, once_soon, scenario
+from bench.reconcile import fresh_database
+from reconciler.cli.parser import tune_gc
+from reconciler.db.embedded import embedded_dsn
+
+BASELINE = "0bc7f08"
+ROUNDS = 5
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def checkout(revision: str, into: Path) -> Path:
+    """The package of `revision`, unpacked into `into` (git archive: no work tree of ours is touched)."""
+    into.mkdir(parents=True, exist_ok=True)
+    files = ["reconciler", "schemata.toml"]  # the package reads schemata.toml through a symlink to the root one
+    archive = subprocess.run(["git", "archive", revision, *files], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def one_round(dsn: str, url: str, workdir: Path, name: str, tree: Path | None) -> dict[str, Any]:
+    """The 1-engine scenario with the engine of `tree` (None: the current one). The engine starts in `workdir`:
+    `python -m` puts its working directory first on the path, and the repository's would shadow `tree`."""
+    saved, here = os.environ.get("PYTHONPATH"), Path.cwd()
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree)
+    os.chdir(workdir)
+    try:
+        args = ("--concurrency", str(CONCURRENCY), "--batch", str(BATCH))
+        return scenario(dsn, url, workdir, name, 1, TASKS, once_soon, *args)
+    finally:
+        os.chdir(here)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def package_of(tree: Path | None, workdir: Path) -> str:
+    """Where an engine started as one_round starts it imports `reconciler` from."""
+    env = {**os.environ, **({"PYTHONPATH": str(tree)} if tree is not None else {})}
+    probe = [sys.executable, "-c", "import reconciler; print(reconciler.__file__)"]
+    return subprocess.run(probe, cwd=workdir, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def main() -> None:
+    tune_gc()
+    revision = sys.argv[1] if len(sys.argv) > 1 else BASELINE
+    admin = embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg")
+    sink = subprocess.Popen([sys.executable, "-m", "bench.sink", str(free_port())], stdout=subprocess.PIPE, text=True)
+    assert sink.stdout is not None
+    url = sink.stdout.readline().strip()
+    load_before = load_average()
+    rates: dict[str, list[float]] = {"baseline": [], "now": []}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = checkout(revision, Path(tmp) / "baseline")
+            sides = {"baseline": package_of(tree, Path(tmp)), "now": package_of(None, Path(tmp))}
+            assert sides["baseline"].startswith(str(tree)) and sides["now"].startswith(str(ROOT)), sides
+            print(f"engines import: {sides}", flush=True)
+            for index in range(ROUNDS):
+                for side, path in (("baseline", tree), ("now", None)):
+                    dsn = fresh_database(admin, f"reconciler_bench_versus_{side}_{index}")
+                    row = one_round(dsn, url, Path(tmp), f"{side}-{index}", path)
+                    rates[side].append(row["fires_per_second"])
+                    print(f"round {index + 1}: {side} {row['fires_per_second']} fires/s", flush=True)
+    finally:
+        sink.kill()
+    medians = {side: statistics.median(values) for side, values in rates.items()}
+    spread = {side: round((max(v) - min(v)) / statistics.median(v), 3) for side, v in rates.items()}
+    ratio = round(medians["now"] / medians["baseline"], 3)
+    print(
+        f"1 engine, {TASKS} tasks: now {medians['now']} fires/s, {revision} {medians['baseline']} fires/s: "
+        f"ratio {ratio} (medians of {ROUNDS} alternated rounds; spread of the rounds: {spread})"
+    )
+    load = {"load_average_before": load_before, "load_average_after": load_average()}
+    print(f"load average {load_before} → {load['load_average_after']}")
+    results = {"baseline_revision": revision, "rounds": rates, "medians": medians, "ratio": ratio, "spread": spread}
+    print(f"wrote {write_results('versus', {**load, **results})}")
+
+
+if __name__ == "__main__":
+    main()
