@@ -265,11 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     export = add(
         "export",
         Command(cli_export.export, ExportOptions.of),
-        "write the database's tasks and notifiers as new files (never over existing ones); "
+        "write the database's tasks, notifiers, calendars and limits as new files (never over existing ones); "
         "--source: that source's only",
     )
     export.add_argument(
-        "--out-dir", help="tasks directory to write (default exported.d); notifiers go to notifiers.d beside it"
+        "--out-dir",
+        help="tasks directory to write (default exported.d); each other kind goes to its directory beside it",
     )
     export.add_argument("--force", action="store_true", help="overwrite files that already exist in --out-dir")
 

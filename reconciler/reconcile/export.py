@@ -250,8 +250,9 @@ def export_item(kind: NamedKind[Any], row: StoredRow, names: Placeholders) -> Ex
     return _export_spec(kind, row.name, label, spec, model, warnings)
 
 
-def one_per_name(rows: list[StoredRow], what: str = "notifier") -> tuple[list[StoredRow], list[str]]:
-    """The notifiers (calendars, limits) of one exported directory: each name once (rows of several sources share it).
+def one_per_name(rows: list[StoredRow], what: str) -> tuple[list[StoredRow], list[str]]:
+    """The items of a kind (`what`: notifier, …) of one exported directory: each name once (rows of several sources
+    share it).
     A name the sources declare alike is one file; one they declare differently is written from the first
     source (in order), with a warning naming the others."""
     by_name: dict[str, list[StoredRow]] = {}
@@ -297,10 +298,10 @@ def check_targets(out: Path, targets: list[Path], force: bool, option: str = "--
             )
 
 
-def check_beside_dir(folder: Path, out: Path, force: bool, what: str = "notifiers") -> None:
-    """Notifiers (calendars) go only into a new directory (beside --out-dir, where `plan --tasks-dir OUT` reads
-    them), unless --force: with the default --out-dir that is the project's own notifiers.d, whose every file
-    the next apply would apply."""
+def check_beside_dir(folder: Path, out: Path, force: bool, what: str) -> None:
+    """A declared kind's files (`what`: notifiers, calendars, …) go only into a new directory (beside --out-dir,
+    where `plan --tasks-dir OUT` reads them), unless --force: with the default --out-dir that is the project's own
+    notifiers.d (say), whose every file the next apply would apply."""
     if os.path.lexists(folder) and not force:
         raise UserError(
             f"export: {printable(str(folder))} already exists (export writes {what} beside --out-dir "
