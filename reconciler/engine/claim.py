@@ -143,9 +143,8 @@ class Claimer:
             cold = self.specs.cold(due)
             rows = await queries.tasks_specs(conn, ids=cold) if cold else []
         for count, row in enumerate(rows, 1):
-            self.specs.attempt(
-                row["id"], row["spec_key"], {row["id"]: row["spec_text"]}
-            )  # one that fails: in the claim
+            # one that does not validate fails its run in the claim
+            self.specs.attempt(row["id"], row["spec_key"], {row["id"]: row["spec_text"]})
             if count % 50 == 0:
                 if time.monotonic() >= deadline:
                     return count
@@ -205,10 +204,12 @@ class Claimer:
             for s in plan.begun
             if s.spec is not None
         )
-        limits_of = {**{q["task_id"]: q for q in queued}, **{r["id"]: r for r in due}}
+        # Which rated limits each run counts against (a claim of tasks without limits looks no further).
+        limits_of = {**{q["task_id"]: q for q in queued}, **{r["id"]: r for r in due}} if plan.rated else {}
         for run in report.runs:
             run.first_token = True
-            run.rated = tuple(key for key in keys_of([limits_of[run.task_id]]) if key in plan.rated)
+            if plan.rated:
+                run.rated = tuple(key for key in keys_of([limits_of[run.task_id]]) if key in plan.rated)
             # Done half a margin before the lease ends, so the result is written before anyone calls it lost.
             run.deadline = leased_at + lease_for[run.task_id] - self.lease_margin / 2
         report.fired = len(report.runs)

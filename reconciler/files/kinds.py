@@ -121,6 +121,7 @@ class Kind(Generic[ItemT]):
     nested: ClassVar[bool] = False  # ids are paths below the directory (`team/name`); else file names in it
     within: ClassVar[str | None] = None  # the directory as a symlink's escape names it (None: its path)
     in_line_order: ClassVar[bool] = True  # a file's errors are sorted by line
+    derived: ClassVar[tuple[str, ...]] = ()  # keys of a stored spec that apply derives: export writes none of them
 
     @cached_property
     def keys(self) -> Keys:
@@ -203,7 +204,6 @@ class NamedKind(Kind[ItemT]):
     table: ClassVar[str] = "declared"  # where apply keeps the items: scheduler.declared, or a table of the kind's own
     on_write: ClassVar[str | None] = None  # a named statement (queries.sql) apply runs with (source, name) after one
     on_delete: ClassVar[str | None] = None  # … and after a delete
-    derived: ClassVar[tuple[str, ...]] = ()  # keys of a stored spec that apply derives: export writes none of them
     after_tasks: ClassVar[bool] = False  # apply writes the kind's rows after the tasks' (see apply._apply_locked)
 
     def current(self) -> Self:

@@ -149,6 +149,7 @@ class TaskKind(Kind[Task]):
     )
     nested = True
     within = "the tasks directory"
+    derived = ("moved_from",)  # a move's leftover pointer, once the move is applied
 
     def absent(self, root: str, directory: Path, required: bool) -> list[FileError]:
         return [FileError(root, 0, self.option, f"directory not found; create it or pass {self.option}")]

@@ -185,11 +185,7 @@ def _problems(errors: list[FileError]) -> str:
 def _written(kind: Kind[Any], normalized: dict[str, Any]) -> dict[str, Any]:
     """What of a normalized spec its file says: not what apply derives (a task's leftover moved_from pointer, a
     calendar's resolved holidays)."""
-    derived = kind.derived if isinstance(kind, NamedKind) else TASK_DERIVED
-    return {key: value for key, value in normalized.items() if key not in derived}
-
-
-TASK_DERIVED = ("moved_from",)
+    return {key: value for key, value in normalized.items() if key not in kind.derived}
 
 
 def _export_spec(
