@@ -55,6 +55,17 @@ class TextFormatter(logging.Formatter):
         return f"{self._second[1]},{int(record.msecs):03d}"
 
 
+class ConsoleFormatter(logging.Formatter):
+    """`[HH:MM:SS] warning: message` (UTC): `up`'s log lines in the form of its run and apply lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(record.created))
+        line = f"[{stamp}] {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
 class TurnHandler(logging.StreamHandler[TextIO]):
     """Writes the lines logged during one event-loop turn together, at the end of the turn: the
     engine logs a line per run, and one write and flush per line was a tenth of a fire's CPU.
@@ -109,17 +120,16 @@ def flush_logs() -> None:
 def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     """Route every logger (ours at `level`, libraries' warnings) to stderr in one format.
 
-    In json mode every line on stderr is one JSON object, library warnings included.
+    In json mode every line on stderr is one JSON object, library warnings included; `console` is `up`'s
+    form for people (see ConsoleFormatter).
     """
     # No caller, thread or process lookups per record (the logging HOWTO's "Optimization"): no
     # format shows them, and the engine logs every run.
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = TurnHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(TextFormatter())
+    formatters = {"json": JsonFormatter, "console": ConsoleFormatter}
+    handler.setFormatter(formatters.get(fmt, TextFormatter)())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

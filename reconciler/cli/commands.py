@@ -148,7 +148,7 @@ def verdict_options(
         expect_files=saved.get("files_fingerprint") if saved else None,
         allow_older=verdict.allow_older,
         checkout=checkout,
-        revision=detect(checkout, revision, dirty=bool(tree.changed)) if apply else Revision(None),
+        revision=detect(checkout, revision, dirty=tree.changed) if apply else Revision(None),
         dirty_refusal=refusal,
     )
 

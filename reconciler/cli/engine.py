@@ -190,7 +190,8 @@ def up(options: UpOptions) -> int:
     watching = options.watch
     need_tasks_dir(watching.files)
     people = options.log_format != "json"
-    setup_logging(options.log_format, logging.WARNING if people else logging.INFO)
+    # People read one form: `[HH:MM:SS] …` for runs, applies and warnings alike.
+    setup_logging("console" if people else options.log_format, logging.WARNING if people else logging.INFO)
     if people:  # RunPrinter already gave each run its line on stdout
         logging.getLogger("reconciler.engine").addFilter(lambda record: not is_run_result(record))
         outage_log.setLevel(logging.INFO)  # "database reachable" ends the warning that the database was not

@@ -54,7 +54,7 @@ async def apply_files(store: Store, options: WatchOptions) -> None:
             return
         # No revision check, and uncommitted changes neither warn nor refuse: the working tree is what `watch`
         # and `up` are for (docs/gitops.md, "Revisions"). They are recorded as such (`<sha>-dirty`).
-        dirty = bool(working_tree(Path(files.tasks_dir), files.dirs.listed()).changed)
+        dirty = working_tree(Path(files.tasks_dir), files.dirs.listed()).changed
         revision = detect(Path(files.tasks_dir), None, dirty=dirty)
         verdict = ApplyOptions(prune=options.prune, revision=revision, operator=Operator.resolve(options.actor, None))
         result = await apply_tasks(store, loaded.tasks, files.source, None, verdict, list(loaded.named.values()))

@@ -91,10 +91,13 @@ def _clip(text: str | None) -> str | None:
     return line[:MAX_FIELD] or None
 
 
-def detect(tasks_dir: Path, explicit: str | None, env: Mapping[str, str] = os.environ, dirty: bool = False) -> Revision:
-    """--revision, else `git rev-parse HEAD` of the tasks directory (`<sha>-dirty` when `dirty`: the declared
-    directories hold uncommitted changes), else a CI system's commit variable. A --revision is the
-    operator's statement: recorded as given."""
+def detect(
+    tasks_dir: Path, explicit: str | None, env: Mapping[str, str] = os.environ, dirty: Sequence[str] = ()
+) -> Revision:
+    """--revision, else `git rev-parse HEAD` of the tasks directory (`<sha>-dirty` when the declared
+    directories hold uncommitted changes, the paths in `dirty`), else a CI system's commit variable. A
+    --revision is the operator's statement: recorded as given. An apply of uncommitted changes says which
+    files changed, not HEAD's subject (which would repeat on every apply `up` makes)."""
     reference = _reference(env)
     author = env.get("GITHUB_ACTOR") or env.get("GITLAB_USER_LOGIN")
     message = None
@@ -103,10 +106,20 @@ def detect(tasks_dir: Path, explicit: str | None, env: Mapping[str, str] = os.en
     if head is not None and head.returncode == 0 and head.stdout.count("\0") == 2:
         sha, git_author, subject = head.stdout.strip("\n").split("\0")
         if revision is None or revision == sha:  # the checkout's own HEAD: what the ancestry check compares
-            revision, author, message = revision or sha + (DIRTY if dirty else ""), author or git_author, subject
+            revision, author = revision or sha + (DIRTY if dirty else ""), author or git_author
+            message = uncommitted(tasks_dir, dirty) if dirty else subject
     if revision is None:  # no git here (an archive, a container): the CI system's commit
         revision = next((env[name] for name in CI_COMMIT_VARIABLES if env.get(name)), None)
     return Revision(_clip(revision), _clip(author), _clip(message), reference)
+
+
+def uncommitted(tasks_dir: Path, paths: Sequence[str], shown: int = 3) -> str:
+    """`uncommitted changes: tasks.d/a.toml, notifiers.d/b.toml and 2 more` (from the project's folder): what
+    an apply of a working tree holds."""
+    project = tasks_dir.resolve().parent
+    names = [os.path.relpath(Path(path).resolve(), project) for path in paths[:shown]]
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return f"uncommitted changes: {', '.join(names)}{more}"
 
 
 def _reference(env: Mapping[str, str]) -> str | None:

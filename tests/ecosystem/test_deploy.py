@@ -35,6 +35,19 @@ def test_kubernetes_engine_has_three_replicas_probes_and_valid_args() -> None:
         assert default_engine_id({"POD_NAME": "reconciler-engine-abc12"}) == "reconciler-engine-abc12"
 
 
+def test_kubernetes_engines_on_every_interface_never_serve_an_open_dashboard() -> None:
+    """0.0.0.0 reaches the pod from the whole cluster: the dashboard wants a token from a Secret, or is off."""
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "engine.yaml").read_text()))
+    every = [c for d in docs for c in d["spec"]["template"]["spec"]["containers"]]
+    for container in (c for c in every if c["image"].startswith("ghcr.io/ORG/reconciler:")):
+        args = build_parser().parse_args(container["args"])
+        assert args.metrics_addr.startswith("0.0.0.0:")
+        if args.no_dashboard:
+            continue
+        assert args.dashboard_token_env, container["name"]
+        [token] = [e for e in container["env"] if e["name"] == args.dashboard_token_env]
+        assert "secretKeyRef" in token["valueFrom"]
+
 def test_systemd_unit_runs_a_valid_engine_command() -> None:
     unit = configparser.ConfigParser(interpolation=None, strict=False)
     unit.read_string((DEPLOY / "systemd" / "reconciler-engine.service").read_text())

@@ -74,9 +74,11 @@ def test_uncommitted_changes_warn_and_are_recorded_dirty(
     assert "warning: uncommitted" not in out  # on stderr only
     code, out, err = cli(dsn, repo / "tasks.d", "apply")
     assert code == 0 and err.startswith(warning) and "Apply complete: 4 change(s) written." in out, out + err
-    assert history(dsn) == [(f"{head}-dirty", "first")]
+    # The message names what the apply held, not HEAD's subject (which every later `up` apply would repeat).
+    message = "uncommitted changes: notifiers.d/pager.toml, tasks.d/a.toml, tasks.d/team/b.toml"
+    assert history(dsn) == [(f"{head}-dirty", message)]
     code, out, _ = cli(dsn, repo / "tasks.d", "history")
-    assert code == 0 and f"{head}-dirty by Ada: first" in out, out
+    assert code == 0 and f"{head}-dirty by Ada: {message}" in out, out
     code, out, _ = cli(dsn, repo / "tasks.d", "history", "--format", "json")
     assert json.loads(out)[0]["revision"] == f"{head}-dirty"
     code, out, _ = cli(dsn, repo / "tasks.d", "status")
@@ -127,7 +129,8 @@ def test_on_ci_plan_and_apply_refuse_a_dirty_tree_unless_allow_dirty(
     assert code == 2 and "refused" not in out and err.startswith("warning: uncommitted changes in 12 file(s)")
     code, out, err = cli(dsn, repo / "tasks.d", "apply", "--allow-dirty")
     assert code == 0 and "Apply complete: 14 change(s) written." in out and f"recorded as {head[:7]}-dirty" in err
-    assert history(dsn) == [(f"{head}-dirty", "first")]
+    message = "uncommitted changes: notifiers.d/n00.toml, notifiers.d/n01.toml, notifiers.d/n02.toml and 9 more"
+    assert history(dsn) == [(f"{head}-dirty", message)]
 
     # An explicit --revision is the operator's statement: recorded as given, and the warning says so.
     (repo / "notifiers.d" / "n00.toml").unlink()
@@ -160,7 +163,10 @@ async def test_watch_records_a_dirty_tree_without_a_word(
     files = FilesOptions.beside(str(repo / "tasks.d"))
     await apply_files(store, WatchOptions(files))
     assert "Plan: 2 to create" in capsys.readouterr().out
-    assert history(dsn) == [(f"{head}-dirty", "first")]
+    assert history(dsn) == [(f"{head}-dirty", "uncommitted changes: tasks.d/b.toml")]
+    write_tasks(repo / "tasks.d", {"c": cron("http://127.0.0.1:9/c")})
+    await apply_files(store, WatchOptions(files))  # each apply of `up` says what it held
+    assert history(dsn)[-1] == (f"{head}-dirty", "uncommitted changes: tasks.d/b.toml, tasks.d/c.toml")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import logging
 import sys
 import threading
 
-from reconciler.logs import JsonFormatter, TextFormatter, TurnHandler
+from reconciler.logs import ConsoleFormatter, JsonFormatter, TextFormatter, TurnHandler
 
 
 class CountingStream(io.StringIO):
@@ -124,6 +124,13 @@ def test_the_text_format_is_loggings_own_line_for_plain_records_and_records_with
         assert ours.format(record) == reference.format(record)
     assert ours.format(plain).endswith(" INFO reconciler.engine: run a/b: 3 ms")
     assert ours.format(failed).endswith("ValueError: boom")
+
+
+def test_ups_console_lines_have_the_form_of_its_run_lines() -> None:
+    """`up` prints `[HH:MM:SS] run …` and `[HH:MM:SS] Plan: …`; its warnings read alike, not as a log file's lines."""
+    record = logging.LogRecord("reconciler.engine", logging.WARNING, "x", 1, "database %s", ("unavailable",), None)
+    record.created = 1_796_601_600.0 + 3_723  # 2026-12-07 01:02:03 UTC
+    assert ConsoleFormatter().format(record) == "[01:02:03] warning: database unavailable"
 
 
 def test_a_json_line_holds_the_whole_traceback_in_one_field() -> None:
