@@ -23,6 +23,9 @@ In one run, against the benches' embedded PostgreSQL, everything on 127.0.0.1:
     with --metrics-addr the engine's own gauge refresh (every 5 s, the health of every task) stalls its
     loop now and then, so the p99 of a round without traffic varies (70–290 ms seen at 10,000 tasks).
 
+`--busy` runs issue 49's scenario instead (bench/dashboard_busy.py): 100 tasks firing every 10 s for a day,
+`/` one request at a time and 50 clients at once, errors by kind.
+
 `--quick` runs 1,000 tasks and 100,000 runs and shorter rounds (to check the script works); `--tasks N`,
 `--runs N`, `--requests N`, `--ticking N`, `--rounds N`, `--round-seconds S`, `--rate R` override one size.
 Results: bench/results/dashboard.json (dashboard-quick.json with --quick, or with a size overridden).
@@ -385,6 +388,11 @@ def sizes() -> tuple[dict[str, int], bool]:
 
 
 def main() -> None:
+    if "--busy" in sys.argv[1:]:  # issue 49's scenario, with its own sizes
+        from bench.dashboard_busy import main as busy
+
+        busy()
+        return
     tune_gc()
     size, reduced = sizes()
     load_before = load_average()

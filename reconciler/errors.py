@@ -42,6 +42,16 @@ class StatementCancelled(DatabaseUnavailable):
     loops) does so from these too; only the message differs, for the person reading it."""
 
 
+class PoolBusy(DatabaseUnavailable):
+    """Every connection of this process's pool was busy for as long as a caller may wait (or too many callers
+    waited already): the database answers, this process asks too much of it at once. A DatabaseUnavailable, so
+    the engine's loops back off from it as from an outage; the dashboard answers 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after  # seconds worth waiting before asking again
+
+
 class PermissionDenied(UserError):
     """The database role lacks a privilege the command needs (see `reconciler db grants`)."""
 

@@ -39,4 +39,3 @@ class GreetingKind(NamedKind[Greeting]):
 
 
 GREETINGS = GreetingKind()
-

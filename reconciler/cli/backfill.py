@@ -74,7 +74,8 @@ def _print_listing(found: Listing, fmt: str, done: Queued | None) -> None:
             item["backfill_id"] = done.backfill_id
         print(json.dumps(item, indent=2, ensure_ascii=False))
         return
-    print("\n".join(render.listing_lines(found)))
+    # a dry run is the preview (bounded); the real run only sums up what it queued
+    print("\n".join(render.listing_lines(found, render.PREVIEW_ROWS if done is None else render.SUMMARY_ROWS)))
     if done is None:
         print("dry run: nothing written")
     elif done.backfill_id is None:
@@ -98,10 +99,13 @@ async def _read(store: Store, backfill_id: int) -> BackfillRow:
     return rows[0]
 
 
-async def follow(store: Store, backfill_id: int) -> int:
-    """Poll the backfill until nothing of it is queued or running; show progress; exit 0 iff every run succeeded."""
+async def follow(store: Store, backfill_id: int, quiet_seconds: float = QUIET_HINT_SECONDS) -> int:
+    """Poll the backfill until nothing of it is queued or running; show progress; exit 0 iff every run succeeded.
+    When no run ends for `quiet_seconds`, say once what holds its runs."""
     from reconciler.db import backfill_queries
+    from reconciler.operate.backfill import waits_for
     from reconciler.output import backfill as render
+    from reconciler.output.views import ENGINE_LIVE_SECONDS
 
     terminal = sys.stdout.isatty()
     progress = render.Progress(backfill_id, terminal)
@@ -115,16 +119,10 @@ async def follow(store: Store, backfill_id: int) -> int:
             break
         if render.finished(row) != seen:
             seen, quiet_since = render.finished(row), time.monotonic()
-        elif not hinted and time.monotonic() - quiet_since > QUIET_HINT_SECONDS:
+        elif not hinted and time.monotonic() - quiet_since > quiet_seconds:
             hinted = True
-            print(
-                ("\n" if terminal else "")
-                + f"backfill {backfill_id}: no run ended in {QUIET_HINT_SECONDS:g} s: its runs wait for a free "
-                "slot, an engine of the task's source (`reconciler status` lists live engines), the end of a pause and "
-                "room before the task's next occurrence (`reconciler explain ID`); Ctrl-C stops waiting, not the "
-                "backfill",
-                flush=True,
-            )
+            reasons = await waits_for(store, backfill_id, ENGINE_LIVE_SECONDS)
+            print(("\n" if terminal else "") + render.stall_text(backfill_id, quiet_seconds, reasons), flush=True)
         await asyncio.sleep(WAIT_POLL_SECONDS)
     if terminal:
         print()
@@ -146,7 +144,7 @@ def _list(options: BackfillOptions) -> int:
 
     rows = with_store(options.database, work)
     if options.output.format == "json":
-        items = [{**item, "state": render.state(row)} for item, row in zip(json_rows(rows), rows, strict=True)]
+        items = [{**item, **render.list_item(row)} for item, row in zip(json_rows(rows), rows, strict=True)]
         print(json.dumps(items, indent=2, ensure_ascii=False))
     elif not rows:
         print("no backfills recorded" + (f" of {safe(options.id)}" if options.id else ""))

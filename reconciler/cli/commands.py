@@ -35,12 +35,15 @@ if TYPE_CHECKING:
     from reconciler.output.text import NextRow
     from reconciler.reconcile.apply import ApplyOptions
     from reconciler.reconcile.plan import Plan
+    from reconciler.schedule.base import Fire
 
 
 def validate(options: ValidateOptions) -> int:
     """Check every declared file (no database): one line per error, warnings of schedules that cannot fire."""
     from reconciler.cli.declared import load_or_report
+    from reconciler.files.calendars import holiday_warnings
     from reconciler.files.environment import policy_errors, unset_errors
+    from reconciler.files.project import shown_path
     from reconciler.files.tasks import fire_warnings
     from reconciler.spec.environment import EnvPolicy, globs
 
@@ -48,8 +51,10 @@ def validate(options: ValidateOptions) -> int:
     result = load_or_report(files)
     if result is None:
         return EXIT_ERROR
-    # Schedules that cannot fire are valid, so they warn on stderr and leave the exit code alone.
-    warnings = fire_warnings(result.tasks, utcnow())
+    # Schedules that cannot fire and files no task names are valid, so they warn on stderr and leave the exit
+    # code alone.
+    found = [*result.warnings, *fire_warnings(result.tasks, utcnow()), *holiday_warnings(result.named)]
+    warnings = sorted(found, key=lambda w: (w.path, w.line))
     for warning in warnings:
         err(str(warning))
     items = result.items()
@@ -57,17 +62,18 @@ def validate(options: ValidateOptions) -> int:
     missing = unset_errors(items, os.environ) if options.check_env else []
     for problem in sorted(problems + missing, key=lambda e: (e.path, e.line)):
         err(str(problem))
+    tasks_dir = shown_path(files.tasks_dir)
     if problems:
-        err(f"{len(problems)} error(s) in {files.tasks_dir}: variables the engines will not let tasks read")
+        err(f"{len(problems)} error(s) in {tasks_dir}: variables the engines will not let tasks read")
     if missing:
-        err(f"{len(missing)} error(s) in {files.tasks_dir}: variables not set in this environment")
+        err(f"{len(missing)} error(s) in {tasks_dir}: variables not set in this environment")
     if problems or missing:
         return EXIT_ERROR
     noted = f" ({len(warnings)} warning(s) on stderr)" if warnings else ""
-    read = f"{len(result.tasks)} task file(s) in {files.tasks_dir}"
+    read = f"{len(result.tasks)} task file(s) in {tasks_dir}"
     for named in result.named.values():
         if named.present:
-            read += f" and {len(named.by_name)} {named.kind.name} file(s) in {named.root}"
+            read += f" and {len(named.by_name)} {named.kind.name} file(s) in {shown_path(named.root)}"
     print(f"{read} are valid{noted}")
     return EXIT_OK
 
@@ -89,21 +95,49 @@ def next_fire_times(options: NextOptions) -> int:
     chosen = [by_id[i] for i in options.ids] if options.ids else result.tasks
     rows = [shown_next(task, after, options.count) for task in chosen]
     print(render.next_json(rows) if options.output.format == "json" else render.next_text(rows))
+    for note in dict.fromkeys(note for row in rows if (note := holidays_ending(row, after, options.count))):
+        err(f"warning: {note}")
     return EXIT_OK
+
+
+def holidays_ending(row: NextRow, after: datetime, count: int) -> str | None:
+    """Where the holiday data of the task's business-days calendar ends, when the span shown reaches past it."""
+    from zoneinfo import ZoneInfo
+
+    from reconciler.schedule.business import holidays_note
+
+    name = getattr(row.task.spec.trigger, "business_days", None)
+    bound = row.task.spec.calendars or {}
+    if name is None or name not in bound:
+        return None
+    until = span_end(row.fires, after, count)
+    zone = ZoneInfo(row.task.spec.timezone)
+    return holidays_note(name, bound[name], (after.astimezone(zone).date(), until.astimezone(zone).date()))
 
 
 def shown_next(task: Task, after: datetime, count: int) -> NextRow:
     """A task's next `count` occurrences after `after`, and what its calendars take away in that span (up to the
-    last one shown; a year when there is none)."""
+    last one shown; a year when there are fewer): in time order, however far, up to 100 per occurrence shown on
+    average, and how many more. A year of a task that fires no more is listed, not counted (it may hold half a
+    million minutes)."""
     from reconciler.output.text import NextRow
-    from reconciler.schedule.excluded import excluded_between
-    from reconciler.schedule.preview import A_YEAR, upcoming
+    from reconciler.schedule.excluded import MAX_COUNTED, MAX_EXCLUDED, excluded_span
+    from reconciler.schedule.preview import upcoming
 
     fires = upcoming(task.schedule, after, count)
     if task.spec.calendars is None:
         return NextRow(task, fires, [])
-    until = fires[-1].at if len(fires) == count and fires else after + A_YEAR
-    return NextRow(task, fires, excluded_between(task.schedule, after, until))
+    full = len(fires) == count and bool(fires)
+    until = span_end(fires, after, count)
+    found = excluded_span(task.schedule, after, until, MAX_EXCLUDED * count, MAX_COUNTED if full else 0)
+    return NextRow(task, fires, found.listed, found.unlisted, found.exact)
+
+
+def span_end(fires: list[Fire], after: datetime, count: int) -> datetime:
+    """The end of the span `next` shows: its last occurrence when it shows `count` of them, else a year on."""
+    from reconciler.schedule.preview import A_YEAR
+
+    return fires[-1].at if len(fires) == count and fires else after + A_YEAR
 
 
 def show_plan(plan: Plan, output: OutputOptions) -> str:

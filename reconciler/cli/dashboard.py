@@ -48,13 +48,14 @@ def warn_if_open(addr: str, token: str | None) -> None:
 
 
 def make_dashboard(database: DatabaseOptions) -> Dashboard:
-    """The dashboard on a pool of its own (POOL_SIZE connections), never the engine's claim connections."""
+    """The dashboard on a pool of its own (POOL_SIZE connections, a queue of POOL_QUEUE requests waiting at most
+    POOL_WAIT_SECONDS each), never the engine's claim connections."""
     from reconciler.db.embedded import database_label, resolve_dsn
     from reconciler.db.store import Store
-    from reconciler.web.dashboard import POOL_SIZE, Dashboard
+    from reconciler.web.dashboard import POOL_QUEUE, POOL_SIZE, POOL_WAIT_SECONDS, Dashboard
 
     dsn, origin = resolve_dsn(database.dsn, database.home)
-    store = Store(dsn, origin=origin, min_size=1, max_size=POOL_SIZE, timeout=5.0)
+    store = Store(dsn, origin=origin, min_size=1, max_size=POOL_SIZE, timeout=POOL_WAIT_SECONDS, max_waiting=POOL_QUEUE)
     return Dashboard(store, database_label(database.dsn, database.home))
 
 

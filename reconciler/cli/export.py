@@ -4,6 +4,7 @@ existing ones."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -91,9 +92,24 @@ def export(options: ExportOptions) -> int:
         raise UserError(f"export: cannot write {printable(str(exc.filename))} ({exc.strerror})") from None
     shown = printable(str(out))
     summary = " and ".join([f"exported {len(files)} task(s) to {shown}", *counts])
-    named = f" --source {shlex.quote(source)}" if source is not None else ""
-    print(f"{summary}; review them with: reconciler plan --tasks-dir {shown}{named}")
+    print(f"{summary}; {review_hint(options, shown, {row.source for row in rows})}")
     return EXIT_OK
+
+
+PASSWORD = re.compile(r"://[^/@:]*:[^/@]*@|password\s*=", re.IGNORECASE)
+
+
+def review_hint(options: ExportOptions, shown: str, sources: set[str]) -> str:
+    """The command that plans the export against the database it came from, run from here: "No changes". The same
+    --dsn (as written when it holds no password), and the source of the files (a plan owns one source)."""
+    dsn = options.database.dsn
+    given = "" if dsn is None else f"--dsn {shlex.quote(dsn) if not PASSWORD.search(dsn) else 'DSN'} "
+    source = options.source if options.source is not None else next(iter(sources)) if len(sources) == 1 else None
+    named = f" --source {shlex.quote(source)}" if source not in (None, "default") else ""
+    hint = f"review them with: reconciler {given}plan --tasks-dir {shlex.quote(shown)}{named}"
+    if source is None and len(sources) > 1:
+        hint += f" (the tasks of {len(sources)} sources: export one with --source NAME to plan it clean)"
+    return hint + (" (DSN: the one given to export)" if given.endswith("DSN ") else "")
 
 
 def _files(folder: Path, exported: list[Exported]) -> list[tuple[Path, str]]:

@@ -52,16 +52,17 @@ class DatabaseOptions:
 
     dsn: str | None
     tasks_dir: str  # the embedded database lives in the project of the tasks directory
+    create: bool = True  # False: a read-only command (plan, export) never starts a new, empty embedded database
 
     @classmethod
-    def of(cls, args: Namespace) -> DatabaseOptions:
-        return cls(args.dsn, args.tasks_dir)
+    def of(cls, args: Namespace, create: bool = True) -> DatabaseOptions:
+        return cls(args.dsn, args.tasks_dir, create)
 
     def home(self) -> Path:
         """The project's `.reconciler` folder, where its embedded database lives (files/project.py)."""
         from reconciler.files.project import home_for
 
-        return home_for(self.tasks_dir)
+        return home_for(self.tasks_dir, self.create)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ class PlanOptions:
 
     @classmethod
     def of(cls, args: Namespace) -> PlanOptions:
-        groups = FilesOptions.of(args), DatabaseOptions.of(args), OutputOptions.of(args), VerdictOptions.of(args)
+        database = DatabaseOptions.of(args, create=False)
+        groups = FilesOptions.of(args), database, OutputOptions.of(args), VerdictOptions.of(args)
         return cls(*groups, args.detailed_exitcode, args.out)
 
 
@@ -287,7 +289,7 @@ class ExportOptions:
     @classmethod
     def of(cls, args: Namespace) -> ExportOptions:
         source = args.source if args.sources else None
-        return cls(DatabaseOptions.of(args), source, args.out_dir, args.force, args.log_format)
+        return cls(DatabaseOptions.of(args, create=False), source, args.out_dir, args.force, args.log_format)
 
 
 @dataclass(frozen=True)

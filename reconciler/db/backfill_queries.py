@@ -83,6 +83,29 @@ class QueuedAtRow(TypedDict):
     scheduled_for: datetime
 
 
+class StallRow(TypedDict):
+    """What may hold a backfill's oldest queued run (else its oldest running one), by the database's clock."""
+
+    now: datetime
+    engines: int  # live engines: a heartbeat at most live_seconds old
+    task_id: str
+    enabled: bool
+    next_run_at: datetime | None
+    slots: int  # the task's max_running_instances
+    in_flight: int  # the task's live leases
+    ahead: int  # the task's queued runs that start before this one (manual runs, older backfill runs)
+    paused_by: str | None  # a pause in force
+    paused_reason: str | None
+    paused_until: datetime | None
+    run_id: int
+    status: str  # queued, or running when none of the backfill's runs is queued any more
+    scheduled_for: datetime
+    hold_seconds: float  # the longest a run of the task may take
+    running: int  # the backfill's runs in flight
+    full_limits: list[str]  # the task's limits with no room now
+    occurrence_run: int | None  # another run of the same occurrence, in flight
+
+
 async def backfill_lock(conn: Conn, *, id: str) -> list[IdRow]:
     """Lock the task's row (nothing when there is no such task)."""
     return cast(list[IdRow], await Store.fetch(conn, "backfill_lock", {"id": id}))
@@ -156,3 +179,9 @@ async def backfill_drop(conn: Conn, *, id: int, actor: str, error: str) -> int:
     params = {"id": id, "actor": actor, "error": error}
     [row] = cast(list[DroppedRow], await Store.fetch(conn, "backfill_drop", params))
     return row["dropped"]
+
+
+async def backfill_stall(conn: Conn, *, id: int, live_seconds: float, now: datetime | None = None) -> list[StallRow]:
+    """What may hold the backfill's next run (nothing when none of its runs is queued or running)."""
+    params = {"id": id, "live_seconds": live_seconds, "now": now}
+    return cast(list[StallRow], await Store.fetch(conn, "backfill_stall", params))

@@ -8,6 +8,7 @@ from typing import Any, TypedDict, cast
 from reconciler.db.command_queries import RunRow, StatusRow
 from reconciler.db.rows import Conn
 from reconciler.db.store import Store
+from reconciler.runs import STATUSES
 
 
 class DashboardTaskRow(StatusRow):
@@ -16,10 +17,10 @@ class DashboardTaskRow(StatusRow):
     run_spec_text: str  # the spec with its calendars bound: what its schedule is computed from
 
     last_http_status: int | None
-    last_kind: str | None
-    last_late_seconds: float | None  # its newest run's start less its scheduled time
+    last_kind: str | None  # its last run's (status_rows': the schedule's newest, never a manual or backfill run)
+    last_late_seconds: float | None  # its last run's start less its scheduled time
     failing_streak: int  # failed or lost runs since its newest success (at most 100 counted)
-    last_day: dict[str, int]  # runs scheduled in the last day, by status
+    last_day: dict[str, int]  # its schedule's runs scheduled in the last day, by status (none: no key)
 
 
 class CountsRow(TypedDict):
@@ -47,9 +48,9 @@ async def tasks_page(
     id: str | None = None,
 ) -> list[DashboardTaskRow]:
     """Up to `limit` tasks after `after` by id (or the task `id`); `labels` a JSON object the task's labels
-    must contain; `status` the newest run's status (`none`: no run yet)."""
-    params = {"after": after, "source": source, "labels": labels, "status": status, "now": now, "limit": limit}
-    params["id"] = id
+    must contain; `status` the last run's status (`none`: no run yet)."""
+    params: dict[str, Any] = {"after": after, "source": source, "labels": labels, "status": status, "now": now}
+    params.update(limit=limit, id=id, statuses=list(STATUSES))
     return cast(list[DashboardTaskRow], await Store.fetch(conn, "dashboard_tasks", params))
 
 

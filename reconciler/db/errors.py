@@ -1,7 +1,8 @@
 """The door's error translation: what psycopg raises becomes the project's errors here, and nowhere else.
 
 A database that does not answer is DatabaseUnavailable (naming it, never its password, and where its DSN came
-from); a statement the server cancelled (a timeout) StatementCancelled saying which timeout; a missing
+from); a pool whose connections all stayed busy while it answered, PoolBusy (no word of the DSN); a statement
+the server cancelled (a timeout) StatementCancelled saying which timeout; a missing
 privilege PermissionDenied naming what to grant; a schema not created yet SchemaMissing; any other statement
 the server refused DatabaseRefused (a value it cannot store). psycopg's own log noise during an outage is
 quieted here too (the engine says what happened once, in engine/outage.py).
@@ -24,6 +25,7 @@ from reconciler.errors import (
     DatabaseRefused,
     DatabaseUnavailable,
     PermissionDenied,
+    PoolBusy,
     SchemaMissing,
     StatementCancelled,
     one_line,
@@ -90,6 +92,23 @@ def _option_name(token: str, dsn: str) -> bool:
 def unavailable(dsn: str, exc: BaseException, origin: DsnOrigin) -> DatabaseUnavailable:
     """The database did not answer: one line naming it (never its password), why, and where its DSN came from."""
     return DatabaseUnavailable(origin.unreachable(redact(dsn), scrub_dsn_echo(one_line(exc), dsn)))
+
+
+BUSY_RETRY_SECONDS = 5  # what a busy pool's Retry-After says: a few page reads' time
+
+
+def busy(size: int, waiting: int, waited: float | None) -> PoolBusy:
+    """Every connection of the pool stayed in use while a caller waited `waited` seconds (None: it did not wait,
+    `waiting` callers queued already): one line saying so, never a word about the DSN (the pool has connections)."""
+    if waited is None:
+        how = f"are busy and {waiting} request(s) already wait for one"
+    else:
+        how = f"stayed busy for {waited:g} s ({waiting} more request(s) waiting)"
+    return PoolBusy(
+        f"all {size} of this process's database connections {how}: it is asked for more than it can read at "
+        f"once; retry in {BUSY_RETRY_SECONDS} s",
+        BUSY_RETRY_SECONDS,
+    )
 
 
 GRANTS_HINT = "grant it: see `reconciler db grants`"

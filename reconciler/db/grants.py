@@ -3,7 +3,9 @@
 Four roles besides the owner (who runs `reconciler db init`): a planner that only reads, an
 applier that writes task rows, an engine that may move a task's `next_run_at` but never
 its spec, so a leaked engine credential cannot point a task at another URL, and a dashboard that
-reads what its pages show.
+reads what its pages show. With the engine's grants comes a trigger on the audit log that refuses
+the DELETE of a row younger than AUDIT_FLOOR_DAYS: retention is the engine's, and a leaked engine
+credential cannot erase the recent record of who did what (docs/guarantees.md says what it can do).
 Advisory locks, LISTEN and NOTIFY need no grant; the runs id is an identity column, so
 INSERT on runs needs no grant on its sequence.
 """
@@ -16,6 +18,11 @@ from psycopg import sql
 
 from reconciler.db import schema
 from reconciler.errors import UserError
+
+# Days an audit row is kept whatever --keep-runs-days says: no engine deletes a younger one (audit_prune_age), and
+# the database refuses the DELETE of one by any role but one that may drop the trigger (the owner).
+AUDIT_FLOOR_DAYS = 7
+AUDIT_GUARD = "audit_keeps_recent"  # the trigger and its function
 
 # role → table → privileges; `UPDATE(col, …)` is a column privilege. Tables that schemata.toml does
 # not (yet) declare are left out of the statements.
@@ -75,7 +82,8 @@ ROLE_PRIVILEGES: dict[str, dict[str, tuple[str, ...]]] = {
         "leader": ("SELECT", "INSERT", "UPDATE"),
         # read, never written: a leaked engine credential cannot resume a paused task
         "pauses": ("SELECT",),
-        # retention deletes rows older than --keep-runs-days; no UPDATE: it cannot rewrite one
+        # retention deletes rows older than --keep-runs-days (and than AUDIT_FLOOR_DAYS: a younger row's DELETE is
+        # refused, see audit_guard); no UPDATE: it cannot rewrite one
         "audit": ("SELECT", "DELETE"),
         # read, never written: whether a lost backfill run is queued again (not when its backfill was cancelled)
         "backfills": ("SELECT",),
@@ -146,8 +154,32 @@ def grants_sql(planner: str | None, applier: str | None, engine: str | None, das
                 )
             )
         lines += [s.as_string(None) + ";" for s in statements]
+        if kind == "engine" and "audit" in declared:
+            lines.append(f"-- the audit log: the DELETE of a row younger than {AUDIT_FLOOR_DAYS} days is refused")
+            lines += [s.as_string(None) + ";" for s in audit_guard(decl.schema)]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + ("\n" if blocks else "")
+
+
+def audit_guard(schema_name: str) -> list[sql.Composable]:
+    """A trigger that refuses the DELETE of an audit row younger than AUDIT_FLOOR_DAYS (by the database's clock),
+    whoever sends it: with the engine's DELETE for retention, a leaked engine credential still cannot erase what was
+    done this week. Installed again as is by every `db grants` the owner runs (only an owner may drop it)."""
+    function, table = sql.Identifier(schema_name, AUDIT_GUARD), sql.Identifier(schema_name, "audit")
+    body = (
+        f"BEGIN IF OLD.at >= now() - interval '{AUDIT_FLOOR_DAYS} days' THEN "
+        f"RAISE EXCEPTION 'audit row % is younger than {AUDIT_FLOOR_DAYS} days: it is kept', OLD.id "
+        f"USING ERRCODE = 'insufficient_privilege'; END IF; RETURN OLD; END"
+    )
+    return [
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS {}"
+        ).format(function, sql.Literal(body)),
+        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(AUDIT_GUARD), table),
+        sql.SQL("CREATE TRIGGER {} BEFORE DELETE ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
+            sql.Identifier(AUDIT_GUARD), table, function
+        ),
+    ]
 
 
 def privilege_table() -> str:

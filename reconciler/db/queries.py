@@ -13,6 +13,7 @@ from typing import Any, TypedDict, cast
 
 from psycopg import AsyncCursor
 
+from reconciler.db.grants import AUDIT_FLOOR_DAYS
 from reconciler.db.rows import Conn, Row
 from reconciler.db.statements import Statement, pipelined, send
 from reconciler.db.store import Store
@@ -80,6 +81,11 @@ class HeldRow(TypedDict):
     held: int
 
 
+class OccurrenceRow(TypedDict):
+    task_id: str
+    scheduled_for: datetime
+
+
 class InsertedRow(TypedDict):
     id: int
     n: int  # its place (from 1) in runs_insert's arrays
@@ -144,11 +150,13 @@ async def claim_locks(
     cold: Sequence[str],
     limits: Sequence[tuple[str, str]] = (),
     at: datetime | None = None,
-) -> tuple[list[HeldRow], list[SpecRow], list[LimitRow]]:
+    occurrences: Sequence[tuple[str, datetime]] = (),
+) -> tuple[list[HeldRow], list[SpecRow], list[LimitRow], list[OccurrenceRow]]:
     """The claim's second round trip: lock the tasks `ids`, count their live leases (not those of runs
     `finished`), read the specs of tasks `cold` (none when empty), and lock and read the `limits` (source, name)
     the tasks name (none when empty: a claim of tasks without limits costs what it did). `at` is the instant a
-    test injects (None: the database's clock as the limits are locked, see limits_read)."""
+    test injects (None: the database's clock as the limits are locked, see limits_read). `occurrences`: those of
+    the queued backfill runs (task, scheduled_for); the ones with a run in flight come back (occurrences_in_flight)."""
     fetch = [Statement("tasks_specs", {"ids": list(cold)})] if cold else []
     if limits:
         groups = {"sources": [s for s, _ in limits], "names": [n for _, n in limits]}
@@ -156,6 +164,9 @@ async def claim_locks(
             Statement("limits_lock", groups),
             Statement("limits_read", {**groups, "now": at, "finished": list(finished)}),
         ]
+    if occurrences:
+        pairs = {"task_ids": [t for t, _ in occurrences], "scheduled": [m for _, m in occurrences]}
+        fetch.append(Statement("occurrences_in_flight", pairs))
     _, leases, *fetched = await pipelined(
         conn,
         [
@@ -164,9 +175,10 @@ async def claim_locks(
             *fetch,
         ],
     )
+    busy = fetched.pop() if occurrences else []
     specs = fetched[0] if cold else []
     read = fetched[-1] if limits else []
-    return _rows(leases), _rows(specs), _rows(read)
+    return _rows(leases), _rows(specs), _rows(read), _rows(busy)
 
 
 def runs_insert(
@@ -326,8 +338,9 @@ async def notifications_prune_age(conn: Conn, *, before: datetime, batch: int, s
 
 
 async def audit_prune_age(conn: Conn, *, before: datetime, batch: int, sources: Sequence[str]) -> int:
-    """At most `batch` audit rows written before `before` deleted; how many."""
-    return await Store.execute(conn, "audit_prune_age", {"before": before, "batch": batch, "sources": list(sources)})
+    """At most `batch` audit rows written before `before` deleted, none younger than AUDIT_FLOOR_DAYS; how many."""
+    params = {"before": before, "batch": batch, "sources": list(sources), "floor_days": AUDIT_FLOOR_DAYS}
+    return await Store.execute(conn, "audit_prune_age", params)
 
 
 async def engine_heartbeat(

@@ -18,13 +18,23 @@
 -- Whether a task's stored spec names calendars (trigger.business_days, policy.blackouts).
 ({task}.spec -> 'trigger' ? 'business_days' OR {task}.spec -> 'policy' ? 'blackouts')
 
+-- fragment: occurrence_busy(run)
+-- Whether queued run `run` (the alias of its runs row) is a backfill run whose occurrence has another run in flight:
+-- both would send the occurrence's Idempotency-Key, so it waits until that run ends (the claim checks again under
+-- the task's lock: occurrences_in_flight). The runs in flight are as many as the leases: read once per statement
+-- through runs_status_idx and hashed, however many runs are queued. A manual run's key is its own.
+({run}.kind = 'backfill' AND ({run}.task_id, {run}.scheduled_for) IN (
+    SELECT f.task_id, f.scheduled_for FROM scheduler.runs f WHERE f.status = 'running' AND f.kind <> 'manual'))
+
 -- fragment: backfill_may_start(run)
 -- Whether a queued run may start as far as the backfill rule goes (`run` the alias of its runs row, `t` of its
--- task's row in the statement): anything but a backfill run may; a backfill run only while its task has no pause
+-- task's row in the statement; `{run}.busy` its occurrence_busy): anything but a backfill run may; a backfill run
+-- only while no other run of its occurrence is in flight, its task has no pause
 -- in force (a pause holds a backfill: it is an emergency stop) and when it is over (it holds its slot
 -- hold_seconds at most) before the task's next occurrence, so a backfill never delays the schedule.
 ({run}.kind <> 'backfill'
- OR (NOT EXISTS (SELECT 1 FROM scheduler.pauses p
+ OR (NOT {run}.busy
+     AND NOT EXISTS (SELECT 1 FROM scheduler.pauses p
                   WHERE p.task_id = t.id AND (p.paused_until IS NULL OR p.paused_until > COALESCE(%(now)s::timestamptz, now())))
      AND (t.next_run_at IS NULL OR NOT t.enabled
           OR COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => COALESCE({run}.hold_seconds, 0)) <= t.next_run_at)))
@@ -278,22 +288,28 @@ SELECT id, source, revision, author, message, reference, applied_at, counts, pla
  ORDER BY id DESC
  LIMIT %(limit)s;
 
+-- fragment: last_scheduled_run(task)
+-- The run of a task's newest scheduled occurrence (`task` the alias of its tasks row): the schedule's runs
+-- (scheduled, catchup, retry: runs_occurrence_uniq's, one per occurrence), never a manual or backfill run, whose
+-- scheduled_for is when it was asked for, or a past occurrence. By task_id = ANY(ARRAY[...]) ORDER BY task_id,
+-- scheduled_for: with an equality the planner may walk another index backwards and read a task's whole history;
+-- this order only runs_occurrence_uniq gives with its predicate, so a task costs one index descent.
+SELECT status, scheduled_for, started_at, finished_at, http_status, kind FROM scheduler.runs
+ WHERE task_id = ANY(ARRAY[{task}.id]) AND kind NOT IN ('manual', 'backfill')
+ ORDER BY task_id DESC, scheduled_for DESC LIMIT 1
+
 -- name: notify_tasks
 SELECT pg_notify('scheduler_tasks', %(payload)s);
 
 -- name: status_rows
--- The newest run of each task, by task_id = ANY(ARRAY[t.id]) ORDER BY task_id, id: with an
--- equality the planner may walk runs_pkey backwards instead (newest first, cheap while every
--- task has recent runs), and then a task without one reads the whole table; this order only the
--- (task_id, id) indexes give, so each task costs one index descent (docs/performance.md).
+-- The last run of each task: the run of its newest scheduled occurrence (last_scheduled_run; a manual
+-- or backfill run is not its schedule's: a backfill of last month is no "last run" 43 days late).
 SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
        t.xmin::text AS version,
        CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
        r.status AS last_status, r.scheduled_for AS last_scheduled_for, r.finished_at AS last_finished_at, t.limit_wait
   FROM scheduler.tasks t
-  LEFT JOIN LATERAL (
-        SELECT status, scheduled_for, finished_at FROM scheduler.runs
-         WHERE task_id = ANY(ARRAY[t.id]) ORDER BY task_id DESC, id DESC LIMIT 1) r ON true
+  LEFT JOIN LATERAL ({{last_scheduled_run(t)}}) r ON true
  ORDER BY t.id;
 
 -- name: engines_live
@@ -356,16 +372,17 @@ SELECT id, {{run_spec(t)}} AS spec_text, hashtextextended({{run_spec(t)}}, 0) AS
 -- task's backfill runs), only as many of a task as it has free slots (max_running_instances less its live
 -- leases): a run that must wait stays queued and does not take a place in the batch. The claim counts the
 -- slots again under the task's lock; this is the cheap first cut. A backfill run starts only when it is
--- over before the task's next occurrence (see backfill_may_start).
+-- over before the task's next occurrence and no other run of its occurrence is in flight (see backfill_may_start).
 -- The runs that may start are chosen first, from one reading of the queued runs (the places numbered once:
 -- `q`), then locked by id. A backfill queues thousands of runs at once, before statistics know of them;
 -- planned as one join, the queued runs were read again for each queued run (10,000: minutes per claim).
 -- `place <= max_running_instances` before the lease count only saves counting for runs that cannot start.
 -- A run whose task names a limit that is full stays queued (the claim decides under the limit's lock).
 WITH lim AS MATERIALIZED ({{limits_now()}}), q AS MATERIALIZED (
-    SELECT id, task_id, kind, hold_seconds,
-           row_number() OVER (PARTITION BY task_id ORDER BY kind = 'backfill', id) AS place
-      FROM scheduler.runs WHERE status = 'queued'
+    SELECT id, task_id, kind, hold_seconds, {{occurrence_busy(u)}} AS busy,
+           -- a backfill run waiting for its occurrence's run in flight lets the backfill's next runs go first
+           row_number() OVER (PARTITION BY task_id ORDER BY kind = 'backfill', {{occurrence_busy(u)}}, id) AS place
+      FROM scheduler.runs u WHERE status = 'queued'
 )
 SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
        hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source, {{limits_of(t)}} AS limits
@@ -436,6 +453,20 @@ WITH input AS (
      WHERE i.status = 'running'
 )
 SELECT i.id, u.n FROM inserted i JOIN input u ON u.task_id = i.task_id AND u.scheduled_for = i.scheduled_for;
+
+-- name: occurrences_in_flight
+-- The claim's second look, under the tasks' locks, at the queued backfill runs it would start (%(task_ids)s,
+-- %(scheduled)s: their occurrences): those of an occurrence with a run in flight, which stay queued (one
+-- Idempotency-Key is never in flight twice). Each an index probe: runs_occurrence_uniq for the schedule's runs,
+-- runs_backfill_idx for backfill runs (a manual run's key is its own).
+SELECT u.task_id, u.scheduled_for
+  FROM unnest(%(task_ids)b::text[], %(scheduled)b::timestamptz[]) AS u(task_id, scheduled_for)
+ WHERE EXISTS (SELECT 1 FROM scheduler.runs r
+                WHERE r.task_id = u.task_id AND r.scheduled_for = u.scheduled_for
+                  AND r.kind NOT IN ('manual', 'backfill') AND r.status = 'running')
+    OR EXISTS (SELECT 1 FROM scheduler.runs r
+                WHERE r.task_id = u.task_id AND r.scheduled_for = u.scheduled_for
+                  AND r.kind = 'backfill' AND r.status = 'running');
 
 -- name: runs_start_queued
 UPDATE scheduler.runs SET status = %(status)s, engine_id = %(engine_id)s, claimed_at = %(now)s,
@@ -563,7 +594,8 @@ DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 -- missed); not at its next_run_at, which has passed: the engine sleeps until then instead of spinning. So is a
 -- queued run whose limit is full.
 WITH lim AS MATERIALIZED ({{limits_now()}}), queued AS MATERIALIZED (
-    SELECT DISTINCT task_id, kind, hold_seconds FROM scheduler.runs WHERE status = 'queued'
+    SELECT DISTINCT task_id, kind, hold_seconds, {{occurrence_busy(u)}} AS busy
+      FROM scheduler.runs u WHERE status = 'queued'
 )
 SELECT LEAST(
          (SELECT min(next_run_at) FROM scheduler.tasks
@@ -815,9 +847,12 @@ DELETE FROM scheduler.notifications WHERE id IN (
 -- --keep-runs-days for the audit log, of the engine's sources (every source's, and the rows of actions on
 -- several sources, when it has none). No FOR UPDATE: it would need UPDATE on the table, and the engine
 -- must not be able to rewrite an audit row; replicas deleting the same rows wait for each other briefly.
+-- Never a row younger than %(floor_days)s days by the database's clock, whatever --keep-runs-days says: the
+-- engine role's DELETE of one is refused (the trigger `db grants` installs, see db/grants.py).
 DELETE FROM scheduler.audit WHERE id IN (
     SELECT id FROM scheduler.audit
-     WHERE at < %(before)s AND {{of_sources(source)}}
+     WHERE at < LEAST(%(before)s::timestamptz, now() - make_interval(days => %(floor_days)s))
+       AND {{of_sources(source)}}
      ORDER BY at
      LIMIT %(batch)s);
 
@@ -1057,14 +1092,49 @@ WITH gone AS (
 )
 SELECT count(*)::integer AS dropped FROM gone;
 
+-- name: backfill_stall
+-- `backfill --wait` when no run ended for a while: what holds backfill %(id)s's oldest queued run (else its
+-- oldest running one), as claim_queued and backfill_may_start decide: live engines (a heartbeat at most
+-- %(live_seconds)s old), the task's pause in force, its limits with no room, its slots (leases in flight, queued
+-- runs ahead of it), room before its next occurrence, another run of its occurrence in flight.
+WITH lim AS MATERIALIZED ({{limits_now()}})
+SELECT COALESCE(%(now)s::timestamptz, now()) AS now,
+       (SELECT count(*) FROM scheduler.engines
+         WHERE last_seen >= COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(live_seconds)s))::integer
+           AS engines,
+       t.id AS task_id, t.enabled, t.next_run_at, {{max_running_instances(t)}}::integer AS slots,
+       (SELECT count(*) FROM scheduler.run_leases l
+         WHERE l.task_id = t.id AND l.expires_at > COALESCE(%(now)s::timestamptz, now()))::integer AS in_flight,
+       (SELECT count(*) FROM scheduler.runs a
+         WHERE a.task_id = t.id AND a.status = 'queued'
+           AND (a.kind <> 'backfill' OR a.id < r.id))::integer AS ahead,
+       p.paused_by, p.reason AS paused_reason, p.paused_until,
+       r.id AS run_id, r.status, r.scheduled_for, COALESCE(r.hold_seconds, 0)::float8 AS hold_seconds,
+       (SELECT count(*) FROM scheduler.runs b WHERE b.backfill_id = %(id)s AND b.status = 'running')::integer
+           AS running,
+       ARRAY(SELECT lim.name FROM lim
+              WHERE lim.full AND lim.source = t.source AND {{limits_of(t)}} ? lim.name ORDER BY lim.name) AS full_limits,
+       (SELECT o.id FROM scheduler.runs o
+         WHERE o.task_id = t.id AND o.scheduled_for = r.scheduled_for AND o.status = 'running' AND o.id <> r.id
+         ORDER BY o.id LIMIT 1) AS occurrence_run
+  FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
+  LEFT JOIN scheduler.pauses p
+    ON p.task_id = t.id AND (p.paused_until IS NULL OR p.paused_until > COALESCE(%(now)s::timestamptz, now()))
+ WHERE r.backfill_id = %(id)s AND r.status IN ('queued', 'running')
+ ORDER BY r.status <> 'queued', r.id
+ LIMIT 1;
+
 -- ============================================================== dashboard
 -- Read-only, each through an index, each page bounded by %(limit)s (docs/dashboard.md).
 
 -- name: dashboard_tasks
 -- The task list: a page of tasks after %(after)s by id (or the one task %(id)s), filtered by source, labels (a jsonb object the
--- task's labels contain) and the newest run's status. Each with status_rows' columns, its newest run's
--- HTTP status and lateness, its failing streak (failed or lost runs since its newest success, counted
--- to 100) and its runs scheduled in the last day by status: index descents per task, as status_rows.
+-- task's labels contain) and its last run's status (status_rows'). Each with status_rows' columns, its last
+-- run's HTTP status and lateness, its failing streak (failed or lost runs since its newest success, counted
+-- to 100) and its schedule's runs of the last day by status: index descents per task, as status_rows; the
+-- counts an index-only count of each status's range of runs_day_idx (task_id, status, scheduled_for), no heap
+-- read, so a page costs its tasks' runs of one day whatever the history's size (docs/performance.md).
+-- %(statuses)s: every run status (reconciler/runs.py).
 SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.timezone, t.next_run_at,
        t.xmin::text AS version,
        CASE WHEN t.spec_digest IS NULL THEN NULL ELSE md5(t.spec::text) <> t.spec_digest END AS tampered,
@@ -1076,14 +1146,14 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
             SELECT 1 FROM scheduler.runs f
              WHERE f.task_id = ANY(ARRAY[t.id]) AND f.status IN ('failed', 'lost') AND f.id > COALESCE(s.id, 0)
              ORDER BY f.task_id DESC, f.id DESC LIMIT 100) streak) AS failing_streak,
-       COALESCE((SELECT jsonb_object_agg(status, n) FROM (
-            SELECT status, count(*) AS n FROM scheduler.runs d
-             WHERE d.task_id = t.id AND d.scheduled_for > COALESCE(%(now)s::timestamptz, now()) - interval '1 day'
-             GROUP BY status) day), '{}'::jsonb) AS last_day
+       (SELECT COALESCE(jsonb_object_agg(st.status, day.n) FILTER (WHERE day.n > 0), '{}'::jsonb)
+          FROM unnest(%(statuses)s::text[]) AS st(status)
+         CROSS JOIN LATERAL (
+               SELECT count(*) AS n FROM scheduler.runs d
+                WHERE d.task_id = t.id AND d.status = st.status AND d.kind NOT IN ('manual', 'backfill')
+                  AND d.scheduled_for > COALESCE(%(now)s::timestamptz, now()) - interval '1 day') day) AS last_day
   FROM scheduler.tasks t
-  LEFT JOIN LATERAL (
-        SELECT status, scheduled_for, started_at, finished_at, http_status, kind FROM scheduler.runs
-         WHERE task_id = ANY(ARRAY[t.id]) ORDER BY task_id DESC, id DESC LIMIT 1) r ON true
+  LEFT JOIN LATERAL ({{last_scheduled_run(t)}}) r ON true
   LEFT JOIN LATERAL (
         SELECT id FROM scheduler.runs
          WHERE task_id = ANY(ARRAY[t.id]) AND status = 'succeeded'

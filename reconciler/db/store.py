@@ -23,11 +23,11 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.rows import dict_row
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolTimeout, TooManyRequests
 
 from reconciler.db import schema
 from reconciler.db.embedded import DsnOrigin
-from reconciler.db.errors import READ_LIMITS, cancelled, denied, named, refused, unavailable
+from reconciler.db.errors import READ_LIMITS, busy, cancelled, denied, named, refused, unavailable
 from reconciler.db.failover import FailoverPool, reports_read_only, writable_dsn, wrong_server
 from reconciler.db.listening import Listening
 from reconciler.db.rows import Conn, Row, TaskRow
@@ -73,6 +73,7 @@ class Store:
         min_size: int = 1,
         max_size: int = 4,
         timeout: float = 10.0,
+        max_waiting: int = 0,
         prepare_threshold: int | None = None,
     ) -> None:
         self.dsn = writable_dsn(dsn)  # a multi-host DSN reaches its primary (see db/failover.py)
@@ -85,7 +86,8 @@ class Store:
             self.dsn,
             min_size=min_size,
             max_size=max_size,
-            timeout=timeout,
+            timeout=timeout,  # the longest a caller waits for a connection
+            max_waiting=max_waiting,  # callers that may wait at once (0: any number); more are PoolBusy at once
             check=self._check,
             configure=self._configure,
             open=False,
@@ -95,6 +97,8 @@ class Store:
         self._used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         self._born: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         self._drained_at = -1.0  # when the pool was last emptied because its server could not take writes
+        self._answered_at = -float("inf")  # when a pooled connection last completed its work (see `connection`)
+        self._in_use = 0  # pooled connections callers hold now
 
     async def _configure(self, conn: Conn) -> None:
         """Note when each pooled connection was made (see `_wrong_server`)."""
@@ -171,6 +175,7 @@ class Store:
         """A pooled connection in autocommit mode; connection failures become DatabaseUnavailable."""
         try:
             async with self.pool.connection() as conn:
+                self._in_use += 1
                 try:
                     yield conn
                 except psycopg.errors.InsufficientPrivilege as exc:
@@ -184,8 +189,18 @@ class Store:
                     if isinstance(exc, psycopg.OperationalError):  # named below, with the database's DSN
                         raise
                     raise refused(exc) from exc
-                self._used[conn] = time.monotonic()
+                finally:
+                    self._in_use -= 1
+                self._used[conn] = self._answered_at = time.monotonic()
         except (psycopg.OperationalError, PoolTimeout) as exc:
+            # No connection for this caller: the pool's were busy if other callers held them, or the database
+            # answered one of them while it waited (or the queue was full); else the database is what is missing.
+            waiting = self.pool.get_stats().get("requests_waiting", 0)
+            if isinstance(exc, TooManyRequests):
+                raise busy(self.pool.max_size, waiting, None) from None
+            answered = time.monotonic() - self._answered_at <= self.pool.timeout
+            if isinstance(exc, PoolTimeout) and (self._in_use > 0 or answered):
+                raise busy(self.pool.max_size, waiting, self.pool.timeout) from None
             raise unavailable(self.dsn, exc, self.origin) from None
 
     @asynccontextmanager

@@ -1,8 +1,9 @@
 """The claim: one transaction that decides what this engine fires now, in three round trips.
 
 Lock due task rows (SKIP LOCKED) and read the queued runs; lock their leases and limits and read the specs not
-compiled yet; decide (the pure `claim_plan.plan_claim`); insert the run rows (ON CONFLICT DO NOTHING), start the
-queued runs that have a slot, take leases, advance next_run_at, write the limits' buckets and the outbox, commit.
+compiled yet and which queued backfill runs' occurrences have a run in flight; decide (the pure
+`claim_plan.plan_claim`); insert the run rows (ON CONFLICT DO NOTHING), start the queued runs that have a slot,
+take leases, advance next_run_at, write the limits' buckets and the outbox, commit.
 Only then are requests sent (by `runner.py`).
 """
 
@@ -178,8 +179,9 @@ class Claimer:
             held: dict[str, int] = {}
             texts: dict[str, str] = {q["task_id"]: q["spec_text"] for q in queued}
             limited: Sequence[LimitRow] = ()  # none: the claim costs what it did without limits
+            in_flight: set[tuple[str, datetime]] = set()  # occurrences of queued backfill runs with a run in flight
             if ids:
-                leases, fetched, limited = await queries.claim_locks(
+                leases, fetched, limited, busy = await queries.claim_locks(
                     conn,
                     ids=ids,
                     now=now,
@@ -187,12 +189,14 @@ class Claimer:
                     cold=self.specs.cold(due),
                     limits=keys_of([*due, *queued]),
                     at=at,
+                    occurrences=[(q["task_id"], q["scheduled_for"]) for q in queued if q["kind"] == "backfill"],
                 )
                 held = {r["task_id"]: r["held"] for r in leases}
                 texts.update((r["id"], r["spec_text"]) for r in fetched)  # read under their locks
+                in_flight = {(r["task_id"], r["scheduled_for"]) for r in busy}
             compiled = {row["id"]: self.specs.attempt(row["id"], row["spec_key"], texts) for row in due}
             compiled.update((q["task_id"], self.specs.attempt(q["task_id"], q["spec_key"], texts)) for q in queued)
-            plan = plan_claim(now, due, queued, held, compiled, limited)
+            plan = plan_claim(now, due, queued, held, compiled, limited, in_flight)
             report.claimed_tasks = len(due)
             lease_for = {task_id: lease_seconds(spec, self.lease_margin) for task_id, spec in plan.specs.items()}
             sent = await send(conn, self._statements(plan, lease_for, now, report))

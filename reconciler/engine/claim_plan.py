@@ -3,13 +3,15 @@ takes. Values in, values out; `engine/claim.py` only makes the round trips aroun
 
 Per due task: its due occurrences (computed, not walked: catch-up), those a pause holds (recorded skipped),
 then misfire grace, coalesce and max_running_instances (`decide`). Queued runs (manual, backfill) start when
-their task has a free slot, and stay queued otherwise. Then the claim's limits share their room between the
-runs that would start (`share`): a due occurrence that gets none stays due, a queued run stays queued.
+their task has a free slot, and stay queued otherwise; a backfill run stays queued too while another run of its
+occurrence is in flight (both would send the occurrence's Idempotency-Key: one key is never in flight twice). Then
+the claim's limits share their room between the runs that would start (`share`): a due occurrence that gets none
+stays due, a queued run stays queued.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -170,9 +172,11 @@ def plan_claim(
     held: Mapping[str, int],
     compiled: Mapping[str, Compiling],
     limits: Sequence[LimitRow] = (),
+    in_flight: Collection[tuple[str, datetime]] = (),
 ) -> ClaimPlan:
     """One claim's decision. `held`: each task's runs in flight (leases) before the claim; `compiled`: the spec of
-    every task of `due` and `queued`; `limits`: the limits their tasks name, read under their locks."""
+    every task of `due` and `queued`; `limits`: the limits their tasks name, read under their locks; `in_flight`:
+    the occurrences (task, scheduled_for) of queued backfill runs that have a run in flight, read under the locks."""
     plan = ClaimPlan()
     slots = dict(held)  # runs in flight, and those this claim starts
     decided: dict[str, list[Decision]] = {}
@@ -202,8 +206,10 @@ def plan_claim(
         slots[task_id] = slots.get(task_id, 0) + sum(1 for d in decisions if d.status == "running")
         decided[task_id] = decisions
         advance[task_id] = following
+    # the occurrences this claim fires are in flight too, for a backfill run of the same occurrence
+    busy = {*in_flight, *((t, d.scheduled_for) for t, ds in decided.items() for d in ds if d.status == "running")}
     gate = Gate(limits)
-    shared = share(gate, {row["id"]: row for row in due}, decided, advance, wanted(queued, compiled, slots), held)
+    shared = share(gate, {row["id"]: row for row in due}, decided, advance, wanted(queued, compiled, slots, busy), held)
     plan.inserts += [Insert(task_id, d) for task_id, decisions in shared.decided.items() for d in decisions]
     plan.starts = shared.wanted
     plan.specs.update((start.row["task_id"], start.spec) for start in plan.begun if start.spec is not None)
@@ -217,18 +223,31 @@ def plan_claim(
     return plan
 
 
-def wanted(queued: Sequence[QueuedRow], compiled: Mapping[str, Compiling], slots: dict[str, int]) -> list[Start]:
+def wanted(
+    queued: Sequence[QueuedRow],
+    compiled: Mapping[str, Compiling],
+    slots: dict[str, int],
+    in_flight: Collection[tuple[str, datetime]] = (),
+) -> list[Start]:
     """The queued runs (manual, backfill) whose tasks have a free slot, oldest first, each with its task's spec; or
-    failing, with why the stored spec does not validate. A run without a slot stays queued. `slots` counts them."""
+    failing, with why the stored spec does not validate. A run without a slot stays queued, and so does a backfill
+    run whose occurrence is `in_flight` (task, scheduled_for): its Idempotency-Key is that run's, and a target
+    that deduplicates by key must never see the two requests at once. `slots` counts them."""
+    busy = set(in_flight)
     found: list[Start] = []
     for row in queued:
         task_id, spec = row["task_id"], compiled[row["task_id"]]
         if isinstance(spec, Invalid):  # as in the scheduled claim: this run fails, the others go on
             found.append(Start(row, None, spec.reason))
             continue
+        occurrence = (task_id, row["scheduled_for"])
+        if row["kind"] == "backfill" and occurrence in busy:
+            continue  # it waits for that run to end (a manual run's key is its own)
         if slots.get(task_id, 0) >= spec.spec.policy.max_running_instances:
             continue  # a queued run is never skipped: it stays queued until a slot is free
         slots[task_id] = slots.get(task_id, 0) + 1
+        if row["kind"] == "backfill":
+            busy.add(occurrence)
         found.append(Start(row, spec.spec))
     return found
 

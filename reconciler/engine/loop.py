@@ -51,6 +51,11 @@ WARM_MIN_SLEEP = 0.5
 # after a claim failed for another reason (a bug: logged each time).
 RECONNECT_CAP = RECONNECT_CAP_SECONDS
 ERROR_CAP = 10.0
+# Seconds: at stop, how long the work nobody waits for (the claim loop's own reads, the outbox's claim) may take to
+# end before it is cut off, and how long past --drain-seconds the results and the goodbye may take. Every wait at
+# stop is bounded by these (a database gone for good made each wait out the pool's timeout): an engine exits within
+# --drain-seconds + 1 s.
+STOP_GRACE = 0.5
 
 
 async def back_off(stop: asyncio.Event, seconds: float, cap: float = RECONNECT_CAP) -> float:
@@ -207,16 +212,33 @@ class Engine:
         """Claim and fire until `stop` is set; then drain in-flight runs (at most drain_seconds).
 
         Up to CLAIMS_AT_ONCE claims run at a time: on a busy loop a claim's round trips each wait a
-        loop turn, so one claim at a time left the queue empty while it ran (see _may_claim)."""
-        backoff = 0.5
+        loop turn, so one claim at a time left the queue empty while it ran (see _may_claim). Stopping is bounded:
+        see STOP_GRACE."""
         # The writer ends once stopped with nothing in flight, nor claims whose runs the drain fires.
         flusher = asyncio.create_task(
             self.results.writer(lambda: stop.is_set() and not self.in_flight and not self.claims)
         )
         beside = self.upkeep.start(stop)
-        # Not cancelled at stop (a claim cut off would leave its rows leased): it ends when `stop` is set.
+        # Given STOP_GRACE at stop (an outbox claim cut off leaves its rows to their lease): it ends when `stop` is set.
         delivering = asyncio.create_task(self.deliverer.run(stop))
         listening = asyncio.create_task(self.listener.run(stop))
+        looping = asyncio.create_task(self._claim_loop(stop))
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([looping, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        deadline = time.monotonic() + self.config.drain_seconds  # runs in flight and claims end by then
+        for task in [*beside, listening]:
+            task.cancel()
+        # The claim loop may be waiting for a pooled connection (the database away: up to the pool's timeout) and
+        # the outbox may be claiming: a moment to end, then cut off. Claims (tasks of their own) go on.
+        await ended_by([looping, delivering], time.monotonic() + STOP_GRACE)
+        await asyncio.gather(*beside, listening, return_exceptions=True)
+        await self._finish_claims(deadline)
+        await self.drain(flusher, deadline)
+
+    async def _claim_loop(self, stop: asyncio.Event) -> None:
+        """Claim, queue what is claimed and sleep until `stop` (cut off at stop: see serve)."""
+        backoff = 0.5
         while not stop.is_set():
             try:
                 # The database is back (when it was away) once a statement on a pooled connection went
@@ -262,11 +284,6 @@ class Engine:
                 self.recovering = True
                 await self.store.recover()
                 backoff = await back_off(stop, backoff, RECONNECT_CAP if isinstance(exc, DB_FAULTS) else ERROR_CAP)
-        for task in [*beside, listening]:
-            task.cancel()
-        await asyncio.gather(*beside, delivering, listening, return_exceptions=True)
-        await self._finish_claims()
-        await self.drain(flusher)
 
     async def adopt(self) -> int:
         """After the database cut a claim off: fire the runs of such a claim that committed all the same
@@ -310,11 +327,10 @@ class Engine:
             raise error
         return succeeded
 
-    async def _finish_claims(self) -> None:
-        """At stop: the claims running end (bounded by --drain-seconds, cut short by `hurry`); their
-        runs are fired in the drain like the others queued. A claim that fails or is cut off
-        leaves nothing to fire."""
-        await self._while_running(lambda: {t for t in self.claims if not t.done()})
+    async def _finish_claims(self, deadline: float) -> None:
+        """At stop: the claims running end (by `deadline`, cut short by `hurry`); their runs are fired in the drain
+        like the others queued. A claim that fails or is cut off leaves nothing to fire."""
+        await self._while_running(lambda: {t for t in self.claims if not t.done()}, deadline)
         for task in self.claims:
             task.cancel()
         await asyncio.gather(*self.claims, return_exceptions=True)
@@ -322,10 +338,9 @@ class Engine:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 self._collect()
 
-    async def _while_running(self, running: Callable[[], set[asyncio.Task[Any]]]) -> None:
-        """Until `running()` is empty, for at most --drain-seconds, cut short by `hurry` (a second Ctrl-C)."""
+    async def _while_running(self, running: Callable[[], set[asyncio.Task[Any]]], deadline: float) -> None:
+        """Until `running()` is empty, at most until `deadline` (monotonic), cut short by `hurry` (a second Ctrl-C)."""
         hurry = asyncio.ensure_future(self.hurry.wait())
-        deadline = time.monotonic() + self.config.drain_seconds
         try:
             while (tasks := running()) and not self.hurry.is_set() and time.monotonic() < deadline:
                 waiting = {*tasks, hurry}
@@ -370,9 +385,10 @@ class Engine:
                 task.cancel()
             self.listener.woken.clear()
 
-    async def drain(self, flusher: asyncio.Task[None]) -> None:
-        """Let in-flight runs finish (bounded, cut short by `hurry`), write their results (bounded), say goodbye."""
-        await self._while_running(lambda: {*self.workers, *self.deliverer.sending})
+    async def drain(self, flusher: asyncio.Task[None], deadline: float) -> None:
+        """Let in-flight runs finish (by `deadline`, cut short by `hurry`), write their results and say goodbye
+        (by STOP_GRACE past it, or past the runs' end when that was sooner: a second Ctrl-C)."""
+        await self._while_running(lambda: {*self.workers, *self.deliverer.sending}, deadline)
         left = self.in_flight
         self.queue.clear()  # stopped now: these runs, and those cut off below, end `lost` when their leases expire
         for worker in list(self.workers):
@@ -381,19 +397,32 @@ class Engine:
         if left:
             log.warning("stopped with %d run(s) in flight; they are recorded lost when their leases expire", left)
         self.results.wake()
-        try:
-            await asyncio.wait_for(
-                asyncio.shield(flusher), timeout=1.0 if self.hurry.is_set() else self.config.drain_seconds
+        final = (time.monotonic() if self.hurry.is_set() else max(deadline, time.monotonic())) + STOP_GRACE
+        await ended_by([flusher], final)
+        if self.results.pending:
+            log.warning(
+                "%d result(s) could not be written before exit; their leases will expire", len(self.results.pending)
             )
+        if self.outage.down:  # not another wait for the pool's timeout: the row expires with its heartbeat
+            log.info("stopping without the database (unavailable): this engine's row expires with its heartbeat")
+        else:
+            with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
+                await asyncio.wait_for(self._goodbye(), timeout=max(0.0, final - time.monotonic()))
+        try:  # its sends cut off are released to other engines (or left to their lease, when that takes too long)
+            await asyncio.wait_for(self.deliverer.finish(), timeout=max(STOP_GRACE / 5, final - time.monotonic()))
         except TimeoutError:
-            flusher.cancel()
-            if self.results.pending:
-                log.warning(
-                    "%d result(s) could not be written before exit; their leases will expire",
-                    len(self.results.pending),
-                )
-        with contextlib.suppress(Exception):  # the goodbye is a courtesy: heartbeats expire anyway
-            async with self.store.connection() as conn:
-                await queries.engine_gone(conn, engine_id=self.config.engine_id)
-        await self.deliverer.finish()
+            await self.deliverer.firer.close()
         await self.firer.close()
+
+    async def _goodbye(self) -> None:
+        async with self.store.connection() as conn:
+            await queries.engine_gone(conn, engine_id=self.config.engine_id)
+
+
+async def ended_by(tasks: list[asyncio.Task[Any]], until: float) -> None:
+    """Wait for `tasks` until `until` (monotonic); those still running then are cancelled."""
+    if running := [task for task in tasks if not task.done()]:
+        await asyncio.wait(running, timeout=max(0.0, until - time.monotonic()))
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

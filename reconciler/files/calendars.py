@@ -13,18 +13,28 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from reconciler.clock import utcnow
 from reconciler.files.directory import load_named
 from reconciler.files.kinds import Checked, DeclaredItem, Named, NamedKind
-from reconciler.files.problems import FileError
-from reconciler.files.references import missing, users_of
+from reconciler.files.problems import FileError, FileWarning
+from reconciler.files.references import missing, spec_of, unused, users_of
 from reconciler.schedule.base import TriggerError
 from reconciler.schedule.blackout import Blackout
-from reconciler.spec.calendar import BlackoutCalendar, BusinessDaysCalendar, CalendarSpec, HolidaySource
+from reconciler.schedule.business import holidays_note
+from reconciler.spec.calendar import (
+    BlackoutCalendar,
+    BlackoutWindow,
+    BusinessDaysCalendar,
+    CalendarSpec,
+    HolidaySource,
+)
 from reconciler.spec.task import calendars_named
+from reconciler.spec.values import zone_problem
 
 if TYPE_CHECKING:
-    from reconciler.files.tasks import Task
+    from reconciler.files.tasks import Task, Unparsed
 
 YEARS_BEFORE, YEARS_AFTER = 1, 10  # the years resolved around the apply's year Y: Y−1 … Y+10
 KIND_MISSING = 'missing kind; write kind = "business_days" or kind = "blackout"'
@@ -88,7 +98,6 @@ class CalendarKind(NamedKind[Calendar]):
     option = "--calendars-dir"
     model = CalendarSpec
     empty = "empty calendar file; " + KIND_MISSING.removeprefix("missing kind; ")
-    in_line_order = False
     title = "reconciler calendar file"
     description = (
         "One TOML file in calendars.d/: business days (kind business_days) or blackout windows (kind blackout) "
@@ -136,12 +145,25 @@ class CalendarKind(NamedKind[Calendar]):
         return f"~ holiday {day}: {old} → {new}"
 
     def references(
-        self, tasks: Sequence[Task], loaded: Named[Calendar], stored: Mapping[str, Mapping[str, Any]] | None
+        self,
+        tasks: Sequence[Task | Unparsed],
+        loaded: Named[Calendar],
+        stored: Mapping[str, Mapping[str, Any]] | None,
     ) -> list[FileError]:
         """Every calendar a task names that calendars.d lacks (the error names every task using it: a calendar
         deleted while tasks use it is refused so), or of the wrong kind. A task standing on its row names none
         (see tasks_unchanged)."""
         return calendar_errors(tasks, loaded)
+
+    def unused(
+        self, tasks: Sequence[Task], loaded: Named[Calendar], stored: Mapping[str, Mapping[str, Any]] | None
+    ) -> list[FileWarning]:
+        """A calendar file no task names: it moves no occurrence."""
+        used: set[str] = set()
+        for task in tasks:
+            business, blackouts = calendars_named(spec_of(task, stored))
+            used.update(blackouts, [business] if business else [])
+        return unused("calendar", loaded.by_name, used, "trigger.business_days or policy.blackouts")
 
     def bind(self, tasks: list[Task], loaded: Named[Calendar]) -> list[Task]:
         """Every task with the calendars it names bound (Task.bind): its schedule is then the engines'."""
@@ -164,14 +186,31 @@ class CalendarKind(NamedKind[Calendar]):
         checked: Checked,
         digest: str | None,
     ) -> tuple[Calendar | None, list[FileError]]:
-        """A blackout's fixed local times must each name one instant (not a DST gap or overlap)."""
-        spec = checked.spec
-        if isinstance(spec, BlackoutCalendar):
-            try:
-                Blackout.stored(item_id, spec.model_dump(mode="json", by_alias=True, exclude_none=True))
-            except TriggerError as exc:
-                checked.errors.append(checked.error(tuple(exc.key.split(".")), exc.message, exc.key))
+        """A blackout's fixed local times must each name one instant (not a DST gap or overlap): checked window by
+        window, each that is valid on its own, also when another window (or the file) has errors."""
+        checked.errors.extend(_window_errors(checked))
         return super().finish(item_id, display, source, checked, digest)
+
+
+def _window_errors(checked: Checked) -> list[FileError]:
+    """The DST errors of each window of a blackout calendar that the model takes on its own, at its own key."""
+    data = checked.data
+    windows, zone = data.get("window"), data.get("timezone", "UTC")
+    if data.get("kind") != "blackout" or not isinstance(windows, list) or not isinstance(zone, str):
+        return []
+    if zone_problem(zone):
+        return []
+    errors = []
+    for index, raw in enumerate(windows):
+        try:
+            window = BlackoutWindow.model_validate(raw).model_dump(mode="json", by_alias=True, exclude_none=True)
+            Blackout.stored("window", {"timezone": zone, "window": [window]})
+        except ValidationError:
+            continue  # the model's own errors say what is wrong with it
+        except TriggerError as exc:
+            key = exc.key.replace("window.0.", f"window.{index}.", 1)
+            errors.append(checked.error(tuple(key.split(".")), exc.message, key))
+    return errors
 
 
 CALENDARS = CalendarKind()
@@ -189,11 +228,11 @@ def load_calendars(
     return load_named(kind, calendars_dir, display_root, required)
 
 
-def calendar_errors(tasks: Sequence[Task], calendars: Calendars) -> list[FileError]:
+def calendar_errors(tasks: Sequence[Task | Unparsed], calendars: Calendars) -> list[FileError]:
     """Every calendar a task names that calendars.d lacks (the error names every task using it: a calendar
     deleted while tasks use it is refused so), or of the wrong kind. A task standing on its row names none
     (see tasks_unchanged)."""
-    named: list[tuple[Task, str, str]] = []
+    named: list[tuple[Task | Unparsed, str, str]] = []
     for task in tasks:
         if task.stored is not None:
             continue
@@ -222,3 +261,16 @@ def calendar_errors(tasks: Sequence[Task], calendars: Calendars) -> list[FileErr
                 )
             )
     return errors
+
+
+def holiday_warnings(named: Mapping[str, Named[Any]]) -> list[FileWarning]:
+    """A warning per business-days calendar that takes holidays from the `holidays` package: the years its holiday
+    dates are resolved for, after which its holidays are business days (what `validate` says; `next` says it when
+    the span it shows goes past them); `named`: the named kinds' directories loaded (Declared.named)."""
+    loaded = named.get(CALENDARS.name)
+    warnings = []
+    for calendar in loaded.by_name.values() if loaded is not None else []:
+        note = holidays_note(calendar.name, calendar.normalized)
+        if note is not None:
+            warnings.append(FileWarning(calendar.path, calendar.line_of("holidays"), "holidays", note))
+    return warnings

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from reconciler.files.messages import Keys, allowed_keys, model_errors
-from reconciler.files.problems import FileError, key_path
+from reconciler.files.problems import FileError, FileWarning, key_path
 from reconciler.files.text import BOM, defused, hostile_values, key_lines, locate, parse_toml
 from reconciler.spec.values import ID_SEGMENT, id_problem
 
@@ -231,6 +231,12 @@ class NamedKind(Kind[ItemT]):
     ) -> list[FileError]:
         """Errors of tasks naming items of this kind that `loaded` lacks. A task standing on its row (its file
         unchanged since applied) is checked on its stored spec (`stored`, by id) or, without them, skipped."""
+        return []
+
+    def unused(
+        self, tasks: Sequence[Any], loaded: Named[ItemT], stored: Mapping[str, Mapping[str, Any]] | None
+    ) -> list[FileWarning]:
+        """Warnings of valid files that no task names (a task standing on its row: by its stored spec, `stored`)."""
         return []
 
     def bind(self, tasks: list[Any], loaded: Named[ItemT]) -> list[Any]:

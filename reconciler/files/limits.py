@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler.files.directory import load_named
 from reconciler.files.kinds import Named, NamedItem, NamedKind
-from reconciler.files.problems import FileError
-from reconciler.files.references import missing, users_of
+from reconciler.files.problems import FileError, FileWarning
+from reconciler.files.references import missing, spec_of, unused, users_of
 from reconciler.spec.limit import BURST_NEEDS_RATE, LimitSpec
 
 if TYPE_CHECKING:
-    from reconciler.files.tasks import Task
+    from reconciler.files.tasks import Task, Unparsed
 
 KEY = "policy.limits"
 
@@ -80,14 +80,13 @@ class LimitKind(NamedKind[Limit]):
         return "; ".join(parts) or "no numbers"
 
     def references(
-        self, tasks: Sequence[Task], loaded: Named[Limit], stored: Mapping[str, Mapping[str, Any]] | None
+        self, tasks: Sequence[Task | Unparsed], loaded: Named[Limit], stored: Mapping[str, Mapping[str, Any]] | None
     ) -> list[FileError]:
         """Every limit a task names that limits.d lacks; the error names every task using it, so a limit deleted
         while tasks name it is refused so."""
-        named: list[tuple[Task, str]] = []
+        named: list[tuple[Task | Unparsed, str]] = []
         for task in tasks:
-            spec = task.normalized if task.stored is None else (stored or {}).get(task.id)
-            named += [(task, name) for name in limits_named(spec or {})]
+            named += [(task, name) for name in limits_named(spec_of(task, stored))]
         users = users_of((task.id, name) for task, name in named)
         return [
             FileError(
@@ -99,6 +98,13 @@ class LimitKind(NamedKind[Limit]):
             for task, name in named
             if name not in loaded.names  # an invalid one's errors are in its file
         ]
+
+    def unused(
+        self, tasks: Sequence[Task], loaded: Named[Limit], stored: Mapping[str, Mapping[str, Any]] | None
+    ) -> list[FileWarning]:
+        """A limit file no task names: it holds nothing back."""
+        used = {name for task in tasks for name in limits_named(spec_of(task, stored))}
+        return unused("limit", loaded.by_name, used, KEY)
 
     def item(self, item_id: str, display: str, source: str, spec: Any, digest: str | None) -> Limit:
         return Limit(item_id, display, spec, source)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 TASKS_KIND = "task"
 
+
 # Each declared kind's directory as the command line names it: (kind, default directory, option), in the order of
 # files/registry.py's KINDS. A light copy of what each Kind says (the command line builds its options from it
 # without importing the kinds and their models); tests/ecosystem/test_declared_dirs.py keeps the two equal.

@@ -135,4 +135,3 @@ def unknown_subscriptions(
             line = line_of("notify", event) if line_of is not None else 0
             errors.append(FileError(path, line, f"notify.{event}", f"no notifier {name!r} in {root}{hint}"))
     return errors
-

@@ -1,10 +1,12 @@
-"""Tasks naming the files of another kind by name (a calendar, a limit): which tasks name each, and the error
-of a name that its directory lacks."""
+"""Tasks naming the files of another kind by name (a calendar, a limit): which tasks name each, the error
+of a name that its directory lacks, and the warning of a file that no task names."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from reconciler.files.problems import FileWarning
 from reconciler.spec.model import did_you_mean
 
 USERS_SHOWN = 10  # tasks named in the error of a missing file; the rest are counted
@@ -30,3 +32,21 @@ def missing(what: str, name: str, users: list[str], names: Iterable[str], root: 
         f"no {what} {name!r} in {root} (used by {len(users)} task(s): {shown}); "
         f"{hint}add {root}/{name}.toml, or stop naming it in those tasks"
     )
+
+
+def spec_of(task: Any, stored: Mapping[str, Mapping[str, Any]] | None) -> Mapping[str, Any]:
+    """A task's normalized spec; a task standing on its row (its file unchanged since applied), the row's spec
+    (`stored`, by id): its file is not parsed again."""
+    if task.stored is None:
+        return dict(task.normalized)
+    return (stored or {}).get(task.id) or {}
+
+
+def unused(what: str, by_name: Mapping[str, Any], used: set[str], where: str) -> list[FileWarning]:
+    """A warning per file of `by_name` that no task names (`used`): valid, but it does nothing (`where`: the keys
+    a task names it with)."""
+    return [
+        FileWarning(item.path, 0, "(file)", f"no task names {what} {name!r}; delete it, or name it in a task's {where}")
+        for name, item in sorted(by_name.items())
+        if name not in used
+    ]

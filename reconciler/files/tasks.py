@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from reconciler.files.directory import DirFiles, read_dir
 from reconciler.files.kinds import Checked, DeclaredItem, ErrorAt, Kind, check_data, validate
 from reconciler.files.problems import FileError, FileWarning
-from reconciler.files.text import BOM
+from reconciler.files.text import BOM, key_lines, locate, parse_toml
 from reconciler.schedule.base import Schedule, TriggerError
 from reconciler.schedule.business import BusinessDays, months_without
 from reconciler.schedule.preview import never_fires
@@ -121,13 +121,48 @@ class Task(DeclaredItem):
         return Task(self.id, self.path, self.source, (bound, schedule), digest=self.digest)
 
 
+# The keys of a task file that name files of other kinds (calendars.d, limits.d).
+NAMING_KEYS = (("trigger", "business_days"), ("policy", "blackouts"), ("policy", "limits"))
+
+
+@dataclass(frozen=True)
+class Unparsed:
+    """A task file with errors, as far as the names it gives other kinds' files go (its calendars and limits, each
+    key the model took): they are checked too, so `validate` reports every error of every file in one run."""
+
+    id: str
+    path: str
+    source: str = field(repr=False)
+    normalized: dict[str, Any] = field(default_factory=dict)  # only the naming keys, as the file wrote them
+    stored: None = None  # never standing on a row (see Task.stored)
+
+    def line_of(self, *key: str) -> int:
+        """The file line of a key path (0 when unknown)."""
+        return locate(key_lines(self.source), key)
+
+
+def unparsed(file_id: str, display: str, source: str, errors: list[FileError]) -> Unparsed | None:
+    """The names a task file with `errors` gives other kinds' files, each of a key without an error of its own."""
+    data, _ = parse_toml(display, source.removeprefix(BOM))
+    if data is None:
+        return None
+    wrong = {error.key for error in errors}
+    named: dict[str, Any] = {}
+    for table, key in NAMING_KEYS:
+        value = data.get(table, {}).get(key) if isinstance(data.get(table), dict) else None
+        if value is not None and not any(k == f"{table}.{key}" or k.startswith(f"{table}.{key}.") for k in wrong):
+            named.setdefault(table, {})[key] = value
+    return Unparsed(file_id, display, source, named) if named else None
+
+
 @dataclass(frozen=True)
 class LoadResult:
-    """A tasks directory loaded: its valid tasks, and an error for everything else (files/declared.py composes
-    it with the other kinds' directories)."""
+    """A tasks directory loaded: its valid tasks, an error for everything else, and what the files with errors name
+    of other kinds (files/declared.py composes it with the other kinds' directories)."""
 
     tasks: list[Task]
     errors: list[FileError]
+    unparsed: list[Unparsed] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -233,7 +268,17 @@ class TaskFiles(DirFiles[Task]):
 
     def load(self, known: Mapping[str, Stored] | None = None) -> LoadResult:
         """Parse and validate every file, except those `known` holds with their digest (see DirFiles.check)."""
-        return LoadResult(*self.check(known))
+        tasks, errors = self.check(known)
+        failed = self.failed(errors)
+        by_path: dict[str, list[FileError]] = {}
+        for error in errors:
+            by_path.setdefault(error.path, []).append(error)
+        partial = [
+            unparsed(file.id, file.path, file.source, by_path.get(file.path, []))
+            for file in self.files
+            if file.id in failed and self.kind.name_error(file.id, file.path) is None
+        ]
+        return LoadResult(tasks, errors, [found for found in partial if found is not None])
 
 
 def read_files(tasks_dir: Path, display_root: str | None = None) -> TaskFiles:

@@ -104,13 +104,21 @@ def _split_key(text: str) -> list[str]:
 
 
 def key_lines(source: str) -> dict[tuple[str, ...], int]:
-    """Map each dotted key path found in a TOML text to its 1-based line (tables and keys)."""
+    """Map each dotted key path found in a TOML text to its 1-based line (tables and keys). The N-th table of an
+    array of tables (`[[window]]`) is `window.N` (0-based, as the models' error locations have it), and its
+    first one `window` too."""
     found: dict[tuple[str, ...], int] = {}
     table: tuple[str, ...] = ()
+    arrays: dict[tuple[str, ...], int] = {}  # an array of tables (path as written) → index of its last table
     for number, line in enumerate(source.splitlines(), start=1):
         header = _HEADER.match(line)
         if header:
-            table = tuple(_split_key(header.group(1)))
+            written = tuple(_split_key(header.group(1)))
+            table = _indexed(written, arrays)
+            if line.lstrip().startswith("[["):
+                arrays[written] = arrays.get(written, -1) + 1
+                found.setdefault(table, number)  # `window`: the first table of the array
+                table = (*table, str(arrays[written]))
             found.setdefault(table, number)
             continue
         keyval = _KEYVAL.match(line)
@@ -122,6 +130,17 @@ def key_lines(source: str) -> dict[tuple[str, ...], int]:
             for inner in re.finditer(r"""([A-Za-z0-9_-]+|"[^"]*")\s*=""", rest):
                 found.setdefault((*path, inner.group(1).strip("\"'")), number)
     return found
+
+
+def _indexed(written: tuple[str, ...], arrays: dict[tuple[str, ...], int]) -> tuple[str, ...]:
+    """A table header's path with the index of the current table of each array of tables it lies in:
+    `[window.sub]` after the second `[[window]]` is `window.1.sub`."""
+    out: list[str] = []
+    for size, part in enumerate(written, start=1):
+        out.append(part)
+        if size < len(written) and written[:size] in arrays:
+            out.append(str(arrays[written[:size]]))
+    return tuple(out)
 
 
 def locate(lines: dict[tuple[str, ...], int], key: tuple[str, ...]) -> int:

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_iso, utc_text
 from reconciler.db import backfill_queries
-from reconciler.db.backfill_queries import BackfillTaskRow, OccurrenceRunRow
+from reconciler.db.backfill_queries import BackfillTaskRow, OccurrenceRunRow, StallRow
 from reconciler.db.rows import Conn
 from reconciler.db.store import Store
 from reconciler.errors import UserError, one_line
@@ -27,7 +27,7 @@ from reconciler.operate.audit import Operator, record
 from reconciler.runs import PENDING, UNSUCCESSFUL
 from reconciler.schedule.base import Fire, Schedule
 from reconciler.schedule.catchup import TICK
-from reconciler.schedule.excluded import Excluded, excluded_between
+from reconciler.schedule.excluded import Excluded, excluded_span
 from reconciler.schedule.preview import fires_in, upcoming
 from reconciler.schedule.triggers import compile_schedule
 from reconciler.schedule.walltime import resolve_local
@@ -75,7 +75,14 @@ class Listing:
     queue: list[Fire] = field(default_factory=list)  # oldest first
     already_run: list[tuple[Fire, OccurrenceRunRow]] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
+    unlisted: int = 0  # excluded occurrences past those listed (the range can hold millions of them)
+    counted: bool = True  # False: `excluded_count` is a lower bound (the count stopped, see excluded_span)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def excluded_count(self) -> int:
+        """Every excluded occurrence of the range, listed or not."""
+        return len(self.excluded) + self.unlisted
 
     @property
     def zone(self) -> ZoneInfo:
@@ -91,6 +98,8 @@ class Listing:
             "occurrences": [utc_iso(fire.at) for fire in self.queue],
             "already_run": [utc_iso(fire.at) for fire, _ in self.already_run],
             "excluded": [{"at": utc_iso(item.at), "reason": item.reason} for item in self.excluded],
+            "excluded_count": self.excluded_count,
+            "excluded_count_exact": self.counted,
             "notes": self.notes,
         }
 
@@ -166,7 +175,8 @@ async def listing(conn: Conn, task_id: str, start_text: str, end_text: str, repr
             f"backfill queues at most {MAX_OCCURRENCES:,}: backfill up to --to {split} first, then from there"
         )
     found = Listing(task_id, row["source"], spec, start, end, now, reprocess)
-    found.excluded = excluded_between(schedule, start - TICK, end - TICK)
+    span = excluded_span(schedule, start - TICK, end - TICK, limit=MAX_OCCURRENCES)
+    found.excluded, found.unlisted, found.counted = span.listed, span.unlisted, span.exact
     cut = row["next_run_at"] if row["enabled"] else None
     recorded = await backfill_queries.backfill_runs(conn, task_id=task_id, lo=start, hi=end)
     runs = {r["scheduled_for"]: r for r in recorded}
@@ -236,6 +246,8 @@ async def queue(
 
 @dataclass(frozen=True)
 class Cancelled:
+    """What a cancel did: the backfill, its task, how many queued runs it dropped, its audit row."""
+
     backfill_id: int
     task_id: str
     dropped: int
@@ -256,3 +268,56 @@ async def cancel(store: Store, backfill_id: int, operator: Operator) -> Cancelle
         details = {"backfill_id": backfill_id, "dropped": dropped}
         audit_id = await record(conn, operator, "cancel", row["source"], [row["task_id"]], details)
     return Cancelled(backfill_id, row["task_id"], dropped, audit_id)
+
+
+def held_by(row: StallRow, live_seconds: float) -> list[str]:
+    """Why the backfill's next run has not started (or, none queued, not ended): each reason that holds now, as
+    claim_queued and backfill_may_start decide, the most fundamental first; [] when none the code knows of holds."""
+    task, now, hold = row["task_id"], row["now"], row["hold_seconds"]
+    reasons = []
+    if row["engines"] == 0:
+        reasons.append(
+            f"no engine is live (none sent a heartbeat in the last {live_seconds:g} s): start `reconciler engine`"
+        )
+    if row["paused_by"] is not None:
+        until = f" until {utc_text(row['paused_until'])}" if row["paused_until"] else ""
+        reasons.append(
+            f"{task} is paused{until} by {row['paused_by']} ({row['paused_reason']}): its backfill runs wait until "
+            f"the pause ends (`reconciler resume {task}`)"
+        )
+    if row["status"] == "running":  # nothing of it is queued any more: its last runs take their time
+        return [*reasons, f"its last {row['running']} run(s) are in flight; a run of {task} may take {hold:g} s"]
+    if row["full_limits"]:
+        names = ", ".join(row["full_limits"])
+        reasons.append(f"{task}'s limit {names} has no room now; its runs take turns with the limit's other tasks")
+    if row["in_flight"] + row["ahead"] >= row["slots"]:
+        ahead = f" and {row['ahead']} queued run(s) go first" if row["ahead"] else ""
+        reasons.append(
+            f"{task}'s {row['slots']} slot(s) (policy.max_running_instances) are taken: {row['in_flight']} run(s) "
+            f"in flight{ahead}; a run of {task} may take {hold:g} s"
+        )
+    cut = row["next_run_at"] if row["enabled"] else None
+    if cut is not None and cut <= now:
+        reasons.append(
+            f"{task}'s occurrence {utc_text(cut)} is due and not fired yet: backfill runs start once an engine has "
+            "fired it and there is room before the next"
+        )
+    elif cut is not None and (away := (cut - now).total_seconds()) < hold:
+        reasons.append(
+            f"{task}'s next occurrence is {utc_text(cut)}, {away:.0f} s away, and a run may take {hold:g} s: a "
+            "backfill run starts only when it is over before the task's next occurrence"
+        )
+    if row["occurrence_run"] is not None:
+        reasons.append(
+            f"run {row['occurrence_run']} of the same occurrence ({utc_text(row['scheduled_for'])}) is in flight: "
+            "its backfill run waits until it ends"
+        )
+    return reasons
+
+
+async def waits_for(store: Store, backfill_id: int, live_seconds: float, now: datetime | None = None) -> list[str]:
+    """What holds the backfill's runs now (see held_by); [] when nothing of it is queued or running, or nothing
+    known holds it."""
+    async with store.connection() as conn:
+        rows = await backfill_queries.backfill_stall(conn, id=backfill_id, live_seconds=live_seconds, now=now)
+    return held_by(rows[0], live_seconds) if rows else []

@@ -16,10 +16,15 @@ from reconciler.schedule.describe import describe_trigger, fire_line
 BAR_WIDTH = 30
 STEP_PERCENT = 10  # a plain line each time this much more is done (not on a terminal)
 SHOWN_FAILURES = 20
+PREVIEW_ROWS = 100  # occurrences a dry run lists before `… N more` (--format json lists every one)
+SUMMARY_ROWS = 5  # occurrences a real run lists: the first and the last, a few around them
+TAIL_ROWS = 10  # of those, the last ones (the last occurrence always among them)
+COUNTED = (("succeeded", "succeeded"), ("unsuccessful", "failed"), ("running", "running"), ("waiting", "queued"))
 
 
-def listing_lines(found: Listing) -> list[str]:
-    """Every occurrence of the range in time order: `+` queued, `=` left out (it has a run), and the excluded."""
+def listing_lines(found: Listing, shown: int = PREVIEW_ROWS) -> list[str]:
+    """The occurrences of the range in time order: `+` queued, `=` left out (it has a run), `-` excluded; at most
+    `shown` of them (the first ones and the last TAIL_ROWS, with `… N more` between), then the counts and notes."""
     zone = found.zone
     head = (
         f"backfill of {found.task_id} ({describe_trigger(found.spec)}) over [{when_text(found.start, zone)}, "
@@ -31,13 +36,23 @@ def listing_lines(found: Listing) -> list[str]:
         rows.append((fire.at, f"  = {fire_line(fire, zone)}  already run: {by}run {run['id']} {run['status']}"))
     excluded = excluded_lines(found.excluded, zone)
     rows += [(item.at, f"  - {line}") for item, line in zip(found.excluded, excluded, strict=True)]
-    lines = [safe(head), *(safe(line) for _, line in sorted(rows, key=lambda pair: pair[0]))]
+    lines = [safe(head), *bounded([safe(line) for _, line in sorted(rows, key=lambda pair: pair[0])], shown)]
     again = " (--reprocess failed or all re-runs them)" if found.reprocess != "all" and found.already_run else ""
-    lines.append(
-        f"{len(found.queue)} to queue, {len(found.already_run)} already run{again}, {len(found.excluded)} excluded."
-    )
+    taken_away = f"{'at least ' if not found.counted else ''}{found.excluded_count:,} excluded"
+    lines.append(f"{len(found.queue)} to queue, {len(found.already_run)} already run{again}, {taken_away}.")
     lines += [safe(f"note: {note}") for note in found.notes]
     return lines
+
+
+def bounded(lines: Sequence[str], shown: int) -> list[str]:
+    """`lines` when at most `shown`; else the first ones and the last TAIL_ROWS (the last at least), `shown` in
+    all, with `  … N more` between: a range of thousands of occurrences stays a screenful in a CI log."""
+    if len(lines) <= shown:
+        return list(lines)
+    tail = max(1, min(TAIL_ROWS, shown // 2))
+    first = max(1, shown - tail)
+    more = len(lines) - first - tail
+    return [*lines[:first], f"  … {more:,} more (--format json lists every one)", *lines[-tail:]]
 
 
 def state(row: Mapping[str, Any]) -> str:
@@ -52,17 +67,42 @@ def state(row: Mapping[str, Any]) -> str:
 
 
 def total(row: Mapping[str, Any]) -> int:
-    """The occurrences the backfill runs: those it queued but the ones a cancel dropped."""
-    return int(row["queued"]) - int(row["dropped"])
+    """The occurrences the backfill queued: queued + running + succeeded + failed + dropped (+ pruned)."""
+    return int(row["queued"])
 
 
 def finished(row: Mapping[str, Any]) -> int:
+    """The occurrences that ran: their newest run succeeded or failed (missed, lost)."""
     return int(row["succeeded"]) + int(row["unsuccessful"])
+
+
+def pruned(row: Mapping[str, Any]) -> int:
+    """Occurrences whose runs retention deleted (keep_runs, --keep-runs-days): the counts no longer see them."""
+    seen = sum(int(row[key]) for key in ("waiting", "running", "succeeded", "unsuccessful", "dropped"))
+    return max(0, total(row) - seen)
+
+
+def counts(row: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """Every occurrence by its newest run, in words, the counts that are not 0: they add up to total(row)."""
+    every = [
+        (int(row["succeeded"]), "ok"),
+        (int(row["unsuccessful"]), "failed"),
+        (int(row["running"]), "running"),
+        (int(row["waiting"]), "queued"),
+        (int(row["dropped"]), "dropped"),
+        (pruned(row), "pruned"),
+    ]
+    return [(count, word) for count, word in every if count]
+
+
+def runs_cell(row: Mapping[str, Any]) -> str:
+    """`49/288 run · 49 ok · 239 dropped`: what ran of the total, then every occurrence by its newest run."""
+    return " · ".join([f"{finished(row)}/{total(row)} run", *(f"{count} {word}" for count, word in counts(row))])
 
 
 def list_text(rows: Sequence[BackfillRow]) -> str:
     """`reconciler backfill --list`: one aligned row per backfill, newest first."""
-    header = ["ID", "TASK", "FROM (UTC)", "TO (UTC)", "REPROCESS", "STATE", "DONE", "OK", "FAILED", "BY", "REASON"]
+    header = ["ID", "TASK", "FROM (UTC)", "TO (UTC)", "REPROCESS", "STATE", "RUNS", "BY", "REASON"]
     cells = [
         [
             str(row["id"]),
@@ -71,20 +111,38 @@ def list_text(rows: Sequence[BackfillRow]) -> str:
             utc_text(row["range_to"]),
             row["reprocess"],
             state(row),
-            f"{finished(row)}/{total(row)}",
-            str(row["succeeded"]),
-            str(row["unsuccessful"]),
+            runs_cell(row),
             row["actor"],
             row["reason"] or "",
         ]
         for row in rows
     ]
-    return "\n".join(table(header, cells, right=(0, 6, 7, 8)))
+    return "\n".join(table(header, cells, right=(0,)))
+
+
+def list_item(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What `--list --format json` adds to a backfill's row: its state, how many ran, how many retention pruned."""
+    return {"state": state(row), "finished": finished(row), "pruned": pruned(row)}
 
 
 def counts_text(row: Mapping[str, Any]) -> str:
-    ended = f"{row['succeeded']} succeeded, {row['unsuccessful']} failed"
-    return f"{ended}, {row['running']} running, {row['waiting']} queued"
+    """`4 succeeded, 1 failed, 1 running, 18 queued` (and dropped, pruned when there are): they add up to the total."""
+    shown = [f"{row[key]} {word}" for key, word in COUNTED]
+    gone = [f"{count} {word}" for count, word in counts(row) if word in ("dropped", "pruned")]
+    return ", ".join([*shown, *gone])
+
+
+def stall_text(backfill_id: int, quiet_seconds: float, reasons: Sequence[str]) -> str:
+    """`--wait` when no run ended for a while: the reasons that hold now, else every reason there may be."""
+    if reasons:
+        why = "; and ".join(reasons)
+    else:
+        why = (
+            "its runs may wait for a free slot, an engine of the task's source (`reconciler status` lists live "
+            "engines), the end of a pause and room before the task's next occurrence (`reconciler explain ID`)"
+        )
+    quiet = f"backfill {backfill_id}: no run ended in {quiet_seconds:g} s"
+    return safe(f"{quiet}: {why}; Ctrl-C stops waiting, not the backfill")
 
 
 class Progress:

@@ -109,19 +109,19 @@ def _skipped_by_gap_policy(spec: TaskSpec, shown: list[Fire]) -> list[Fire]:
     return [f for f in unskipped if f.at not in kept and f.note]
 
 
-def _calendar_lines(spec: TaskSpec, shown: list[Fire], at: datetime, zone: ZoneInfo) -> list[str]:
-    """What the task's calendars took away in the span shown (no run rows: SPEC §6), and the blackout at T."""
-    if spec.calendars is None:
+def _excluded_lines(spec: TaskSpec, shown: list[Fire], at: datetime, zone: ZoneInfo) -> list[tuple[datetime, str]]:
+    """What the task's calendars took away in the span shown (no run rows: SPEC §6), each at its instant."""
+    if spec.calendars is None or not shown:
         return []
-    schedule = compile_schedule(spec)
-    lines = []
-    if shown:
-        start, end = min(shown[0].at, at) - timedelta(seconds=1), max(shown[-1].at, at)
-        lines += [f"  {when_text(e.at, zone)}  → no run: {e.reason}" for e in excluded_between(schedule, start, end)]
-    holding = blackout_now(schedule, at)
-    if holding is not None:
-        lines.append(f"  blackout at T: {holding[0]} until {when_text(holding[1], zone)}")
-    return lines
+    start, end = min(shown[0].at, at) - timedelta(seconds=1), max(shown[-1].at, at)
+    found = excluded_between(compile_schedule(spec), start, end)
+    return [(e.at, f"  {when_text(e.at, zone)}  → no run: {e.reason}") for e in found]
+
+
+def _blackout_line(spec: TaskSpec, at: datetime, zone: ZoneInfo) -> list[str]:
+    """The blackout that holds T, if any."""
+    holding = blackout_now(compile_schedule(spec), at) if spec.calendars is not None else None
+    return [] if holding is None else [f"  blackout at T: {holding[0]} until {when_text(holding[1], zone)}"]
 
 
 def _run_text(run: Mapping[str, Any], full: str | None = None) -> str:
@@ -217,24 +217,28 @@ def explain(
     for r in runs:
         if r["kind"] == "backfill":
             backfilled.setdefault(r["scheduled_for"], []).append(r)
-    marked = False
+    # Every occurrence in time order, whether it ran, was skipped by the DST rule or taken away by a calendar.
+    entries: list[tuple[datetime, list[str]]] = []
     for fire in shown:
-        if not marked and fire.at > at:
+        run = by_time.get(fire.at)
+        outcome = _run_text(run, task.full) if run else _missing_text(task, fire, now)
+        block = [f"  {fire_line(fire, zone)}  → {outcome}", *_under(run)]
+        for other in backfilled.get(fire.at, []):
+            block.append(f"    backfill #{other['backfill_id']} run {other['id']} → {_run_text(other, task.full)}")
+            block += _under(other)
+        entries.append((fire.at, block))
+    for fire in _skipped_by_gap_policy(spec, shown):
+        entries.append((fire.at, [f'  {fire_line(fire, zone)}  → no run: policy.dst_gap = "skip"']))
+    entries += [(instant, [line]) for instant, line in _excluded_lines(spec, shown, at, zone)]
+    marked = False
+    for instant, block in sorted(entries, key=lambda entry: entry[0]):
+        if shown and not marked and instant > at:
             lines.append(f"  ---- {utc_text(at)} (T)")
             marked = True
-        run = by_time.get(fire.at)
-        again = backfilled.get(fire.at, [])
-        outcome = _run_text(run, task.full) if run else _missing_text(task, fire, now)
-        lines.append(f"  {fire_line(fire, zone)}  → {outcome}")
-        lines += _under(run)
-        for other in again:
-            lines.append(f"    backfill #{other['backfill_id']} run {other['id']} → {_run_text(other, task.full)}")
-            lines += _under(other)
+        lines += block
     if not shown:
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
-    for fire in _skipped_by_gap_policy(spec, shown):
-        lines.append(f'  {fire_line(fire, zone)}  → no run: policy.dst_gap = "skip"')
-    lines += _calendar_lines(spec, shown, at, zone)
+    lines += _blackout_line(spec, at, zone)
     manual = [r for r in runs if r["kind"] == "manual"]
     for run in manual:
         lines.append(

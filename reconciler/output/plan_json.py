@@ -9,6 +9,7 @@ from typing import Any
 from reconciler.clock import utc_iso
 from reconciler.output.masking import mask_path, mask_spec, mask_text
 from reconciler.reconcile.plan import FORMAT_VERSION, Change, Plan
+from reconciler.reconcile.retime import Retimed
 
 
 def _masked(spec: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -36,6 +37,22 @@ def change_dict(change: Change) -> dict[str, object]:
         "next_fire_times": [utc_iso(t) for t in change.next_fire_times],
         "warnings": change.warnings,
         **({"excluded": [{"at": utc_iso(e.at), "reason": e.reason} for e in excluded]} if excluded else {}),
+        **({"occurrences": retimed_dict(change.preview.retimed)} if change.preview.retimed else {}),
+    }
+
+
+def retimed_dict(found: Retimed) -> dict[str, object]:
+    """A retimed task's occurrences gained and lost in (since, until]: counts, and the first few of each."""
+    return {
+        "since": utc_iso(found.since),
+        "until": utc_iso(found.until),
+        "complete": found.complete,
+        "before": found.before,
+        "after": found.after,
+        "added": found.added,
+        "removed": found.removed,
+        "first_added": [utc_iso(at) for at in found.first_added],
+        "first_removed": [utc_iso(at) for at in found.first_removed],
     }
 
 

@@ -17,6 +17,7 @@ from reconciler.output.masking import mask_path, mask_text
 from reconciler.output.text import excluded_lines, safe
 from reconciler.reconcile.diff import FieldDiff, ItemChange
 from reconciler.reconcile.plan import Change, KindChanges, Plan
+from reconciler.reconcile.retime import Retimed
 from reconciler.spec.target import target_line
 from reconciler.spec.task import Policy
 
@@ -93,7 +94,34 @@ def details(change: Change, zone: ZoneInfo) -> list[str]:
     for moment in change.next_fire_times:
         lines.append(f"next: {when_text(moment, zone)}")
     lines += excluded_lines(change.preview.excluded, zone)
+    lines += retimed_lines(change.preview.retimed, zone)
     lines += [f"warning: {w}" for w in change.warnings]
+    return lines
+
+
+def retimed_lines(found: Retimed | None, zone: ZoneInfo) -> list[str]:
+    """`occurrences in the next 30 days: 2 added, 5 removed (22 → 19)`, then the first few of each."""
+    if found is None:
+        return []
+    span = (
+        f"the next {found.days} days"
+        if found.complete
+        else f"the {found.days} day(s) until {when_text(found.until, zone)} (a busy schedule: counted so far)"
+    )
+    if not found.added and not found.removed:
+        return [f"occurrences in {span}: none added or removed ({found.before:,})"]
+    if found.before and found.after and (found.added, found.removed) == (found.after, found.before):
+        # every occurrence moved: the `next:` lines show the new ones
+        return [f"occurrences in {span}: all {found.before:,} replaced by {found.after:,} new ones"]
+    lines = [
+        f"occurrences in {span}: {found.added:,} added, {found.removed:,} removed ({found.before:,} → {found.after:,})"
+    ]
+    for word, count, first in (
+        ("added", found.added, found.first_added),
+        ("removed", found.removed, found.first_removed),
+    ):
+        lines += [f"{word}: {when_text(at, zone)}" for at in first]
+        lines += [f"{word}: … and {count - len(first):,} more"] if count > len(first) else []
     return lines
 
 

@@ -35,20 +35,26 @@ class NextRow(NamedTuple):
     task: Task
     fires: list[Fire]
     excluded: list[Excluded]
+    unlisted: int = 0  # excluded in the span but not listed
+    counted: bool = True  # False: the span holds more than listed, not counted
 
 
 def next_text(rows: list[NextRow]) -> str:
     out: list[str] = []
-    for task, fires, excluded in rows:
+    for task, fires, excluded, unlisted, counted in rows:
         zone = ZoneInfo(task.spec.timezone)
         state = "" if task.spec.enabled else "  (disabled)"
         out.append(f"{task.id}  — {describe_trigger(task.spec)}{state}")
         if not fires:
-            out.append("  no further occurrences")
+            out.append("  no further occurrences" + (": its calendars take away every one" if excluded else ""))
         # In time order, so an excluded occurrence stands where it would have fired.
         lines = [(fire.at, fire_line(fire, zone)) for fire in fires]
         lines += zip((e.at for e in excluded), excluded_lines(excluded, zone), strict=True)
         out.extend(f"  {line}" for _, line in sorted(lines, key=lambda pair: pair[0]))
+        if not counted:
+            out.append("  … and more excluded occurrences after these (not counted)")
+        elif unlisted:
+            out.append(f"  … and {unlisted:,} more excluded occurrence(s) in this span, not listed")
     return "\n".join(out)
 
 
@@ -75,7 +81,7 @@ def next_item(
 
 
 def next_json(rows: list[NextRow]) -> str:
-    return json.dumps([next_item(task.id, task.spec, fires, excluded) for task, fires, excluded in rows], indent=2)
+    return json.dumps([next_item(row.task.id, row.task.spec, row.fires, row.excluded) for row in rows], indent=2)
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -133,10 +139,34 @@ def audit_line(row: Mapping[str, Any]) -> str:
         facts += [f"{v} {k}" for k, v in details["counts"].items() if v]
     if details.get("selected"):
         facts.append(f"every task of {details['selected']}")
+    facts += backfill_facts(details)
     source = f" [{row['source']}]" if row["source"] else ""
     text = f"#{row['id']} {utc_text(row['at'])} {row['actor']} {row['action']}{source} {named or '-'}"
     text += f": {row['reason']}" if row["reason"] else ""
     return safe(text + (f" ({', '.join(facts)})" if facts else ""))
+
+
+def _instant(value: object) -> str:
+    """An ISO instant of an audit row's details as text output writes instants (as stored when it is not one)."""
+    try:
+        return utc_text(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value)
+
+
+def backfill_facts(details: Mapping[str, Any]) -> list[str]:
+    """A backfill's audit facts: `backfill 3`, then what it queued (`288 run(s) queued over [from, to), --reprocess
+    none`) or what its cancel dropped (`239 queued run(s) dropped`)."""
+    if details.get("backfill_id") is None:
+        return []
+    facts = [f"backfill {details['backfill_id']}"]
+    if "queued" in details:
+        span = f" over [{_instant(details.get('from'))}, {_instant(details.get('to'))})" if "from" in details else ""
+        how = f", --reprocess {details['reprocess']}" if details.get("reprocess") else ""
+        facts.append(f"{details['queued']} run(s) queued{span}{how}")
+    if "dropped" in details:
+        facts.append(f"{details['dropped']} queued run(s) dropped")
+    return facts
 
 
 # ---------------------------------------------------------------- terminals and tables
@@ -192,14 +222,13 @@ def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revi
             t["next_run_local"],
             utc_text(t["last_run_at"]),
             t["last_status"] or "-",
-            " ".join(
-                flag for flag, on in (("OVERDUE", t["overdue"]), ("PAUSED", t["paused"]), ("DRIFT", t["drift"])) if on
-            ),
+            " ".join(flag for flag, on in status_flags(t) if on),
         ]
         for t in tasks
     ]
     lines += table(header, rows) if tasks else ["no tasks in the database"]
     lines += [pause_line({"task_id": t["id"], **t["paused"]}) for t in tasks if t["paused"]]
+    lines += [waiting_line(t) for t in tasks if t.get("waiting_for")]
     lines.append(f"{len(engines)} live engine(s)")
     lines += [
         safe(
@@ -209,6 +238,19 @@ def status_text(tasks: list[dict[str, Any]], engines: list[dict[str, Any]], revi
         for e in engines
     ]
     return "\n".join(lines)
+
+
+def status_flags(task: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
+    """`status`'s FLAGS of a task, each with whether it is on."""
+    waiting, paused = bool(task.get("waiting_for")), bool(task["paused"])
+    return (("OVERDUE", task["overdue"]), ("PAUSED", paused), ("WAITING", waiting), ("DRIFT", task["drift"]))
+
+
+def waiting_line(task: Mapping[str, Any]) -> str:
+    """A task whose due occurrence waits for a limit (limits.d), on a line of its own, as the dashboard marks it:
+    `⧗ ID waiting for limit NAME (due since T)`: an engine starts it when the limit has room."""
+    due = f" (due since {utc_text(task['next_run_at'])})" if task.get("next_run_at") else ""
+    return safe(f"⧗ {task['id']} waiting for limit {task['waiting_for']}{due}")
 
 
 def database_text(database: str | None, server: str | None, primary: bool | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
@@ -16,6 +16,7 @@ from reconciler.files.kinds import Named, NamedKind, spec_hash
 from reconciler.files.problems import FileError
 from reconciler.files.tasks import Task
 from reconciler.reconcile.diff import FieldDiff, ItemChange, Op, StoredRow, diff_declared, diff_fields
+from reconciler.reconcile.retime import Retimed, retimed, stored_schedule
 from reconciler.reconcile.revision import LiveRevision
 from reconciler.schedule.excluded import Excluded, excluded_between
 from reconciler.schedule.preview import dst_warnings, never_fires, upcoming
@@ -41,6 +42,7 @@ class Preview:
     warnings: list[str]
     description: str | None
     excluded: list[Excluded] = field(default_factory=list)  # what its calendars take away until the last one
+    retimed: Retimed | None = None  # a changed task's occurrences gained and lost in the coming days
 
 
 NO_PREVIEW = Preview([], [], None)
@@ -77,7 +79,13 @@ class Change:
     def preview(self) -> Preview:
         if self.preview_from is None or self.task is None:
             return NO_PREVIEW
-        return schedule_preview(self.task, self.preview_from)
+        found = schedule_preview(self.task, self.preview_from)
+        row = self.row
+        if row is None or self.op not in ("update", "move"):
+            return found
+        old = stored_schedule(row.spec, row.calendars, row.enabled)
+        moved = retimed(old, self.task.schedule if self.task.enabled else None, self.preview_from)
+        return replace(found, retimed=moved)
 
     @property
     def next_fire_times(self) -> list[datetime]:
@@ -285,13 +293,14 @@ def attach_declared(
 ) -> Plan:
     """Add one declared kind to `plan`: its changes; its files' errors and those of the tasks naming what it lacks
     to the plan's conflicts (a task standing on its row is checked on the row's spec; a file with errors is no
-    reason to delete its row: its errors refuse the plan); and its files and rows to the plan's fingerprints (a
-    saved plan is stale once either changes). The tasks a calendar change retimes are in the plan's changes
-    already (make_plan)."""
+    reason to delete its row: its errors refuse the plan); a warning per file no task names; and its files and rows
+    to the plan's fingerprints (a saved plan is stale once either changes). The tasks a calendar change retimes are
+    in the plan's changes already (make_plan)."""
     kind = loaded.kind
     plan.declared.append(KindChanges(kind, diff_declared(loaded.by_name, stored, plan.source)))
     stored_specs = {row.id: row.spec for row in rows}
     plan.conflicts += loaded.errors + kind.references(tasks, loaded, stored_specs)
+    plan.warnings += [f"{found.path}: {found.message}" for found in kind.unused(tasks, loaded, stored_specs)]
     files = [f"{kind.name}\0{name}\0{item.spec_hash}\n" for name, item in sorted(loaded.by_name.items())]
     plan.files_fingerprint = folded(plan.files_fingerprint, files)
     plan.state_fingerprint = folded(plan.state_fingerprint, stored_lines(kind.name, stored))

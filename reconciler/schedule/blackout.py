@@ -8,15 +8,18 @@ fixed window is [from, until) of local times in the calendar's zone.
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property, lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from reconciler.schedule.base import FLOOR, HORIZON, QUIET, Fire, Schedule, TriggerError
 from reconciler.schedule.cron import CronSchedule, cron_overlap
+from reconciler.schedule.periodic import WEEK_MINUTES, Cron, blocks_for_ever, period_minutes
 from reconciler.schedule.walltime import resolve_window_time
 from reconciler.spec.calendar import duration_seconds
 from reconciler.spec.trigger import CronTrigger
@@ -40,9 +43,10 @@ class Repeating:
     CACHED = timedelta(days=7)
     MAX_CACHED = 2000
 
-    def __init__(self, opens: Schedule, length: timedelta) -> None:
+    def __init__(self, opens: Schedule, length: timedelta, cron: Cron | None = None) -> None:
         self.opens = opens
         self.length = length
+        self.cron = cron  # its fields and zone: what tells whether the windows repeat weekly
         self._low: datetime | None = None  # every opening in [_low, _high] is in _known
         self._high: datetime | None = None
         self._known: list[datetime] = []
@@ -73,6 +77,11 @@ class Repeating:
             return latest + self.length if latest is not None and moment < latest + self.length else None
         return within[-1] + self.length if within else None
 
+    def holds(self, moment: datetime) -> bool:
+        """Whether a window of this rule holds `moment`, asked of the cron directly (nothing cached)."""
+        latest = self.opens.previous_fire_time(moment + TICK)
+        return latest is not None and moment < latest + self.length
+
     def start(self, moment: datetime) -> datetime | None:
         """The earliest start of this rule's windows that contain `moment`, or None when none does."""
         within = self._within(moment - self.length, moment)
@@ -92,16 +101,23 @@ class Blackout:
 
     @classmethod
     def stored(cls, name: str, data: Mapping[str, Any]) -> Blackout:
-        """From a calendar's normalized spec (raises TriggerError for a local time DST makes ambiguous)."""
+        """From a calendar's normalized spec (raises TriggerError for a local time DST makes ambiguous). One
+        calendar that many tasks name is compiled once and shared (its windows' memo with it)."""
+        return _stored(name, json.dumps(data, sort_keys=True, default=str))
+
+    @classmethod
+    def compiled(cls, name: str, data: Mapping[str, Any]) -> Blackout:
+        """From a calendar's normalized spec, compiled anew."""
         zone = ZoneInfo(data.get("timezone", "UTC"))
         fixed: list[tuple[datetime, datetime]] = []
         repeating: list[Repeating] = []
         for index, window in enumerate(data["window"]):
             if "cron" in window:
-                trigger = CronTrigger(kind="cron", expr=window["cron"])
-                overlap = cron_overlap(trigger.fields)  # the rules of a task's cron, so a window opens where it would
-                opens = CronSchedule(trigger.fields, zone=zone, gap="shift", overlap=overlap, start=None, end=None)
-                repeating.append(Repeating(opens, timedelta(seconds=duration_seconds(window["duration"]))))
+                fields = CronTrigger(kind="cron", expr=window["cron"]).fields
+                overlap = cron_overlap(fields)  # the rules of a task's cron, so a window opens where it would
+                opens = CronSchedule(fields, zone=zone, gap="shift", overlap=overlap, start=None, end=None)
+                length = timedelta(seconds=duration_seconds(window["duration"]))
+                repeating.append(Repeating(opens, length, Cron(tuple(fields), zone)))
             else:
                 key = f"window.{index}"
                 start = resolve_window_time(_when(window["from"]), zone, f"{key}.from")
@@ -125,6 +141,11 @@ class Blackout:
         return min(starts, default=None)
 
 
+@lru_cache(maxsize=256)
+def _stored(name: str, text: str) -> Blackout:
+    return Blackout.compiled(name, json.loads(text))
+
+
 def _when(text: str) -> datetime:
     value = datetime.fromisoformat(text)
     return value if "T" in text else datetime(value.year, value.month, value.day)
@@ -145,6 +166,47 @@ class Blackouts:
     """The blackout calendars a task names."""
 
     calendars: tuple[Blackout, ...]
+    # The calendar and rule that last held an instant asked about (holder): asked first next time, since
+    # the occurrences listed one after another mostly fall in the same window.
+    recent: list[tuple[str, Repeating]] = field(default_factory=list, compare=False, repr=False)
+
+    @cached_property
+    def endless(self) -> bool:
+        """Whether the repeating windows alone hold every instant for ever (decided from their crons' period:
+        no walk, whatever their number)."""
+        rules = [rule for c in self.calendars for rule in c.repeating]
+        return blocks_for_ever((rule.cron, int(rule.length.total_seconds())) for rule in rules if rule.cron)
+
+    @cached_property
+    def period(self) -> timedelta | None:
+        """The period after which every repeating window opens again at the same instant (a day or a week),
+        or None when one does not repeat so (a day of month, a zone with DST)."""
+        periods = [period_minutes(rule.cron) if rule.cron else None for c in self.calendars for rule in c.repeating]
+        if None in periods:
+            return None
+        return timedelta(minutes=max((p for p in periods if p is not None), default=WEEK_MINUTES))
+
+    @cached_property
+    def fixed_end(self) -> datetime:
+        """The end of the last fixed window (FLOOR when there is none): the windows repeat purely after it."""
+        return max((end for c in self.calendars for _, end in c.fixed), default=FLOOR)
+
+    def holder(self, moment: datetime) -> str | None:
+        """The calendar whose window holding `moment` ends last (the span's name), or None when none holds it;
+        when the windows block for ever, the first calendar that holds it (a few questions, not one per window)."""
+        if self.endless:
+            if self.recent and self.recent[0][1].holds(moment):
+                return self.recent[0][0]
+            for c in self.calendars:
+                if any(start <= moment < end for start, end in c.fixed):
+                    return c.name
+                for rule in c.repeating:
+                    if rule.holds(moment):
+                        self.recent[:] = [(c.name, rule)]
+                        return c.name
+            return None
+        ends = [(end, c.name) for c in self.calendars if (end := c.end(moment)) is not None]
+        return max(ends)[1] if ends else None
 
     def touches_fixed(self, span: Span) -> bool:
         """Whether a fixed window overlaps `span`."""
@@ -159,6 +221,9 @@ class Blackouts:
     def span(self, moment: datetime) -> Span | None:
         """The blocked span holding `moment`, or None when no window does. One longer than MAX_CHAIN windows
         in a row reaches FLOOR or HORIZON (it never ends)."""
+        if self.endless:
+            holder = self.holder(moment)
+            return None if holder is None else Span(FLOOR, HORIZON, holder)
         ends = [(end, c.name) for c in self.calendars if (end := c.end(moment)) is not None]
         if not ends:
             return None
@@ -183,14 +248,19 @@ class Blackouts:
 
 
 class Blocked:
-    """A walk over blocked occurrences, one span after another. Past MAX_BLOCKED spans in a row, or QUIET of
-    time since the first of a row in which no fixed window took part, the repeating windows (which repeat with
-    their crons) are taken to block every later occurrence too."""
+    """A walk over blocked occurrences, one span after another. When the task's occurrences and the windows
+    repeat with a period (`period`: a cron of a day or a week in a zone without DST), a forward walk that found
+    every occurrence blocked for one whole period after the last fixed window knows that all later ones are.
+    Otherwise, past MAX_BLOCKED spans in a row, or QUIET of time since the first of a row in which no fixed
+    window took part, the repeating windows (which repeat with their crons) are taken to block every later
+    occurrence too."""
 
-    def __init__(self, blackouts: Blackouts) -> None:
+    def __init__(self, blackouts: Blackouts, period: timedelta | None = None) -> None:
         self.blackouts = blackouts
+        self.period = period
         self.count = 0
         self.since: datetime | None = None
+        self.first: datetime | None = None  # the first blocked occurrence after every fixed window
 
     def endless(self, at: datetime, span: Span) -> bool:
         """Count the blocked occurrence `at` (in `span`): whether to give up."""
@@ -199,6 +269,10 @@ class Blocked:
             self.since = None
         elif self.since is None:
             self.since = at
+        if self.period is not None and at >= self.blackouts.fixed_end:
+            self.first = self.first or at
+            if at - self.first >= self.period:  # a whole period of occurrences blocked: so is every later one
+                return True
         return self.count > MAX_BLOCKED or (self.since is not None and abs(at - self.since) > QUIET)
 
 
@@ -210,6 +284,15 @@ class WithBlackouts:
         self.inner = inner
         self.blackouts = blackouts
         self.defer = defer
+
+    @cached_property
+    def period(self) -> timedelta | None:
+        """The period after which both the occurrences and the windows repeat, or None (see Blocked)."""
+        inner = self.inner
+        if not isinstance(inner, CronSchedule) or self.blackouts.period is None:
+            return None
+        own = period_minutes(Cron(tuple(inner.expr.split()), inner.zone))
+        return None if own is None else max(self.blackouts.period, timedelta(minutes=own))
 
     def _has_occurrence(self, span: Span) -> bool:
         found = self.inner.next_fire_time(span.start - TICK)
@@ -227,7 +310,7 @@ class WithBlackouts:
             if self.defer and self._has_occurrence(around):
                 return self._deferred(around)
             cursor = max(cursor, around.end - TICK)
-        blocked = Blocked(self.blackouts)
+        blocked = Blocked(self.blackouts, self.period)
         while True:
             fire = self.inner.next_fire(cursor)
             if fire is None:

@@ -100,6 +100,27 @@ class BusinessDays:
         return business[index] if -len(business) <= index < len(business) else None
 
 
+def holidays_years(data: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The first and last year whose holidays apply resolved for a stored business-days calendar, or None when
+    it takes no holidays from the `holidays` package."""
+    years = data.get("resolved", {}).get("years")
+    return (int(years[0]), int(years[1])) if data.get("holidays") and years else None
+
+
+def holidays_note(name: str, data: Mapping[str, Any], dates: tuple[date, date] | None = None) -> str | None:
+    """Where the holiday data of a stored business-days calendar ends, when the local dates `dates` (first, last)
+    reach past it, or always when `dates` is None; None when they do not (or it names no holidays)."""
+    years = holidays_years(data)
+    if years is None or (dates is not None and years[0] <= dates[0].year and dates[1].year <= years[1]):
+        return None
+    first, last = years
+    return (
+        f"calendar {name}: its holidays are known for {first}–{last} only (apply resolves the years Y−1 … Y+10 "
+        f"around its own); on other dates only its weekend and extra dates apply, so a holiday after {last} is a "
+        "business day until an apply in a later year moves the years on"
+    )
+
+
 def _shift(day: date, by: timedelta) -> date:
     """`day` moved by `by`, or the first or last date there is."""
     try:

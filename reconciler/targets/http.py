@@ -111,7 +111,6 @@ class TokenCache:
 
     async def _request(self, auth: OAuth2ClientCredentials, client_id: str, secrets: RunSecrets) -> _Token:
         secret = secrets.resolve(auth.client_secret, "target.auth.client_secret")
-        secrets.remember_basic(client_id, secret)
         form = {"grant_type": "client_credentials"}
         if auth.scope:
             form["scope"] = auth.scope
@@ -121,6 +120,7 @@ class TokenCache:
         session = self.firer.session()
         try:
             headers = {"Authorization": aiohttp.encode_basic_auth(client_id, secret)}
+            secrets.remember_basic(secret, headers["Authorization"])
             async with session.post(auth.token_url, data=form, headers=headers) as response:
                 if response.status != 200:
                     raise TokenError(f"token endpoint {auth.token_url} answered {response.status}")
@@ -220,9 +220,10 @@ async def read_excerpt(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return bytes(chunks)
 
 
-def redirect_hint(response: aiohttp.ClientResponse) -> str:
+def redirect_hint(response: aiohttp.ClientResponse, secrets: RunSecrets) -> str:
     """For a redirect (never followed: the request's method, body and credentials would go where it says):
-    where it points, without credentials or query string, so the fix is plain."""
+    where it points, without credentials or query string, so the fix is plain. A path that holds a secret
+    (a target may echo the request into it, in an encoding of its own) is left out."""
     location = response.headers.get("Location")
     if not 300 <= response.status < 400 or not location:
         return ""
@@ -230,7 +231,10 @@ def redirect_hint(response: aiohttp.ClientResponse) -> str:
         where = response.url.join(yarl.URL(location)).with_user(None).with_query(None).with_fragment(None)
     except ValueError:
         return "; redirects are not followed"
-    shown = "".join(ch if ch.isprintable() else "?" for ch in str(where))[:200]
+    text = str(where)
+    if secrets.scrub(where.path) != where.path or secrets.scrub(text) != text:
+        text = str(where.with_path("/")) + "…"
+    shown = "".join(ch if ch.isprintable() else "?" for ch in text)[:200]
     return f"; redirects to {shown}, which is not followed: set the url to it"
 
 
@@ -309,16 +313,27 @@ class Firer:
         elif isinstance(auth, BasicAuth):
             username = header_value("Authorization", auth.username, secrets, "target.auth.username")
             password = header_value("Authorization", auth.password, secrets, "target.auth.password")
-            secrets.remember_basic(username, password)
             headers["Authorization"] = aiohttp.encode_basic_auth(username, password)
+            secrets.remember_basic(password, headers["Authorization"])
         return headers
 
-    def _request_args(self, target: Target, secrets: RunSecrets) -> dict[str, Any]:
+    @staticmethod
+    def _url(target: Target, secrets: RunSecrets) -> yarl.URL:
+        """The URL the request is sent to, with `target.query` added; a secret's value is remembered in the
+        form the URL carries it too (yarl's: `/` kept, `+ =` percent-encoded), so an echo of it is scrubbed."""
+        url = parsed_url(target.url)
+        if not target.query:
+            return url
+        params = {name: secrets.resolve(value, f"target.query.{name}") for name, value in target.query.items()}
+        url = url.extend_query(params)
+        if secrets.values:  # extend_query appends its pairs in order, each value encoded: no `&` inside one
+            for value, pair in zip(params.values(), url.raw_query_string.split("&")[-len(params) :], strict=True):
+                secrets.remember_sent(value, pair.partition("=")[2])
+        return url
+
+    @staticmethod
+    def _request_args(target: Target) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"allow_redirects": False}
-        if target.query:
-            kwargs["params"] = {
-                name: secrets.resolve(value, f"target.query.{name}") for name, value in target.query.items()
-            }
         if target.json_body is not None:
             kwargs["json"] = target.json_body
         elif target.body is not None:
@@ -329,12 +344,12 @@ class Firer:
         self, target: Target, task_id: str, scheduled_for: datetime, key: str, attempt: Attempt, secrets: RunSecrets
     ) -> None:
         """Build, send and read one attempt (the caller bounds it with the deadline)."""
-        kwargs = self._request_args(target, secrets)
+        url, kwargs = self._url(target, secrets), self._request_args(target)
         session = self.session()
         for refresh in (False, True):
             headers = await self._headers(target, task_id, scheduled_for, key, attempt.attempt, secrets)
             attempt.sent_at = DATABASE.timestamp()
-            async with session.request(target.method, parsed_url(target.url), headers=headers, **kwargs) as response:
+            async with session.request(target.method, url, headers=headers, **kwargs) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
                 if response.status == 401 and is_oauth and not refresh:
                     # One refresh-and-retry: the cached token may have been revoked early.
@@ -343,14 +358,13 @@ class Firer:
                     continue
                 attempt.http_status = response.status
                 attempt.retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                # Read past the excerpt by the longest secret, so one cut at the end is still scrubbed.
+                # Read past the excerpt by the widest echo of a secret, so one cut at the end is still redacted whole.
                 raw = await read_excerpt(response, EXCERPT_BYTES + secrets.longest)
                 if not response.content.at_eof():
                     response.close()  # do not drain an endless body: drop the connection
-                text = secrets.scrub(raw.decode("utf-8", "replace")) or ""
-                attempt.excerpt = text.encode()[:EXCERPT_BYTES].decode("utf-8", "ignore")
+                attempt.excerpt = secrets.excerpt(raw, EXCERPT_BYTES)
                 if not attempt.ok:
-                    attempt.error = f"HTTP {response.status}" + redirect_hint(response)
+                    attempt.error = f"HTTP {response.status}" + redirect_hint(response, secrets)
                     attempt.transient = response.status >= 500 or response.status == 429
                 return
 

@@ -4,7 +4,9 @@
 Rules, in one middleware: GET and HEAD only (405 otherwise, with `Allow`); the security headers on
 every response (a strict Content-Security-Policy: the pages load nothing but their own stylesheet
 and script, and may not be framed); with a token, the dashboard's routes want it as a bearer token
-(compared in constant time), while /metrics and the probes stay open for Prometheus and the kubelet.
+(the scheme in any case, as RFC 9110 says; the token compared in constant time), while /metrics and the
+probes stay open for Prometheus and the kubelet; an error the router or the static files raise (a 404) is
+a line of text like every other, never an empty body a browser would download.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ ALLOWED_METHODS = ("GET", "HEAD")
 
 def guard(token: str | None) -> Middleware:
     """The middleware: methods, token, headers (see the module's docstring)."""
-    expected = f"Bearer {token}".encode() if token else None
+    expected = token.encode() if token else None
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -53,18 +55,35 @@ def guard(token: str | None) -> Middleware:
         else:
             try:
                 response = await handler(request)
-            except web.HTTPException as exc:  # 404s of the router, and redirects: raised, with the headers too
-                exc.headers.update(SECURITY_HEADERS)
-                raise
+            except web.HTTPException as exc:  # 404s of the router and the static files, and redirects
+                if exc.status < 400:  # a redirect: raised, with the headers too
+                    exc.headers.update(SECURITY_HEADERS)
+                    raise
+                response = error_response(exc)
         response.headers.update(SECURITY_HEADERS)
         return response
 
     return middleware
 
 
+def error_response(exc: web.HTTPException) -> web.Response:
+    """A raised HTTP error as one line of text (`404: Not Found`): the static files' 404 has no body, and
+    aiohttp would send it as an empty application/octet-stream, which a browser downloads."""
+    kept = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
+    return web.Response(status=exc.status, reason=exc.reason, text=f"{exc.status}: {exc.reason}\n", headers=kept)
+
+
+def bearer_token(authorization: str) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header, the scheme in any case (RFC 9110 §11.1: `bearer`,
+    `BEARER`), after one or more spaces; None for another scheme or no token."""
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip(" ")
+    return token if scheme.lower() == "bearer" and token else None
+
+
 def _bearer_ok(request: web.Request, expected: bytes) -> bool:
-    given = request.headers.get("Authorization", "").encode("utf-8", "replace")
-    return hmac.compare_digest(given, expected)
+    given = bearer_token(request.headers.get("Authorization", ""))
+    return given is not None and hmac.compare_digest(given.encode("utf-8", "replace"), expected)
 
 
 class Pages(Protocol):

@@ -25,7 +25,7 @@ from reconciler import __version__
 from reconciler.clock import utc_iso
 from reconciler.db import command_queries, dashboard_queries, operator_queries
 from reconciler.db.store import Store
-from reconciler.errors import DatabaseUnavailable, SchemaMissing, UserError, one_line
+from reconciler.errors import DatabaseUnavailable, PoolBusy, SchemaMissing, UserError, one_line
 from reconciler.output import text as render
 from reconciler.output import views
 from reconciler.output.masking import mask_spec, mask_text
@@ -48,7 +48,12 @@ NEXT_FIRES = 10  # the task page's next fire times
 APPLIES_PAGE = 50
 ENGINES_SEEN_SECONDS = 3600.0  # /engines lists engines heard from in the last hour
 REFRESH_SECONDS = 30  # the pages reload themselves this often (static/app.js)
-POOL_SIZE = 2  # the dashboard's own connections
+# The dashboard's own connections. A page holds one for its read (~0.1 s for `/` with 100 busy tasks); more
+# requests than that wait in line, up to POOL_QUEUE of them for POOL_WAIT_SECONDS each: 50 clients at once are
+# served in turn. Past either bound a request gets a 503 saying the pool is busy, with Retry-After.
+POOL_SIZE = 4
+POOL_WAIT_SECONDS = 10.0
+POOL_QUEUE = 100
 MAX_PARAM = 500  # characters of a query parameter
 SPEC_CACHE = 20_000  # parsed specs kept, by their text
 
@@ -89,6 +94,11 @@ class SpecCache:
         except UserError as exc:
             return SpecFacts(None, None, {}, "-", str(exc))
         return SpecFacts(spec, spec.description, dict(spec.labels), describe_trigger(spec))
+
+
+def json_text(data: Any) -> str:
+    """A page's JSON, non-ASCII text as itself."""
+    return json.dumps(data, ensure_ascii=False)
 
 
 def param(request: web.Request, name: str, choices: tuple[str, ...] | None = None) -> str | None:
@@ -163,7 +173,15 @@ class Dashboard:
             ("/engines", self.engines),
         ):
             app.router.add_get(path, self._page(handler))
-        app.router.add_static("/static/", pages.STATIC, show_index=False, follow_symlinks=False)
+        app.router.add_get("/static/{name}", self.static)
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        """One of the dashboard's own files (by name: no path reaches outside them); any other name a 404
+        like every other (aiohttp's static route answers a missing file with an empty octet-stream)."""
+        name = request.match_info["name"]
+        if name not in pages.STATIC_FILES:
+            raise web.HTTPNotFound()
+        return web.FileResponse(pages.STATIC / name)
 
     async def close(self) -> None:
         await self.store.close()
@@ -178,16 +196,21 @@ class Dashboard:
         self, handler: Callable[[web.Request], Awaitable[tuple[str, dict[str, Any]]]]
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         """A route: the handler's (template, data) as HTML, or the data as JSON with ?format=json;
-        a user's mistake is a 400 (404 for an unknown task), an unreachable database a 503, one line each."""
+        a user's mistake is a 400 (404 for an unknown task), an unreachable database a 503, one line each; a busy
+        pool a 503 too, saying so, with Retry-After (the database is fine: nothing to check in the DSN)."""
 
         async def respond(request: web.Request) -> web.StreamResponse:
             as_json = request.query.get("format") == "json"
+            headers: dict[str, str] = {}
             try:
                 await self._open()
                 template, data = await handler(request)
                 status = 200
             except web.HTTPException:
                 raise
+            except PoolBusy as exc:
+                template, data, status = "error.html", {"error": one_line(exc)}, 503
+                headers["Retry-After"] = str(exc.retry_after)
             except DatabaseUnavailable as exc:
                 template, data, status = "error.html", {"error": mask_text(one_line(exc))}, 503
             except SchemaMissing as exc:
@@ -199,11 +222,11 @@ class Dashboard:
                 log.error("dashboard %s failed: %s", request.path, one_line(exc), exc_info=True)
                 template, data, status = "error.html", {"error": "internal error (logged by the server)"}, 500
             if as_json:
-                return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+                return web.json_response(data, status=status, headers=headers, dumps=json_text)
             context = {**data, "nav": request.path, "version": __version__, "database": self.label}
             context["refresh"] = REFRESH_SECONDS
             body = await asyncio.to_thread(pages.render, template, context)
-            return web.Response(text=body, status=status, content_type="text/html", charset="utf-8")
+            return web.Response(text=body, status=status, headers=headers, content_type="text/html", charset="utf-8")
 
         return respond
 

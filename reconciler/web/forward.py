@@ -20,7 +20,15 @@ from aiohttp import web
 log = logging.getLogger("reconciler.web")
 
 PASSED_REQUEST_HEADERS = ("Authorization", "Accept", "Accept-Language", "If-None-Match")
-PASSED_RESPONSE_HEADERS = ("Content-Type", "Allow", "WWW-Authenticate", "ETag", "Last-Modified", "Cache-Control")
+PASSED_RESPONSE_HEADERS = (
+    "Content-Type",
+    "Allow",
+    "WWW-Authenticate",
+    "Retry-After",
+    "ETag",
+    "Last-Modified",
+    "Cache-Control",
+)
 TIMEOUT_SECONDS = 30.0
 
 

@@ -21,6 +21,7 @@ from reconciler.output.views import local
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
+STATIC_FILES = frozenset(path.name for path in STATIC.iterdir() if path.is_file())  # what /static/ serves
 
 STATUS_CLASSES = {
     "succeeded": "ok",

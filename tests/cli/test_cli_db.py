@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 import shutil
 import signal
 import subprocess
@@ -202,5 +203,53 @@ def test_embedded_database_when_no_dsn(tmp_path: Path) -> None:
         assert applied.returncode == 0, applied.stderr
         assert (cwd / ".reconciler" / "pgdata" / "PG_VERSION").exists()
         assert "No changes." in run_reconciler("plan", cwd=cwd).stdout
+    finally:
+        stop_embedded(cwd / ".reconciler")
+
+
+def hint_of(exported: subprocess.CompletedProcess[str]) -> list[str]:
+    """The command export prints to review what it wrote, as argv (after `reconciler`)."""
+    argv = shlex.split(exported.stdout.rsplit("review them with: ", 1)[1].strip())
+    assert argv[0] == "reconciler", exported.stdout
+    return argv[1:]
+
+
+def test_exports_hint_run_literally_shows_no_changes(dsn: str, tmp_path: Path) -> None:
+    cwd = project(tmp_path)
+    env = clean_env()  # the database named by --dsn only: the hint must name it too
+    assert run_reconciler("--dsn", dsn, "apply", cwd=cwd, env=env).returncode == 0
+    exported = run_reconciler("--dsn", dsn, "export", "--out-dir", "exported/tasks.d", cwd=cwd, env=env)
+    assert exported.returncode == 0, exported.stderr
+    again = run_reconciler(*hint_of(exported), cwd=cwd, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "No changes." in again.stdout
+    assert not (cwd / "exported" / ".reconciler").exists()
+
+
+def test_plan_of_a_tasks_dir_elsewhere_refuses_to_start_a_new_embedded_database(tmp_path: Path) -> None:
+    cwd = project(tmp_path / "proj")
+    shutil.copytree(EXAMPLES, tmp_path / "elsewhere" / "tasks.d")
+    planned = run_reconciler("plan", "--tasks-dir", str(tmp_path / "elsewhere" / "tasks.d"), cwd=cwd)
+    assert planned.returncode == 1
+    lines = planned.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no embedded PostgreSQL for"), planned.stderr
+    assert "--dsn" in lines[0] and "run it from the project" in lines[0]
+    assert not (tmp_path / "elsewhere" / ".reconciler").exists()
+
+
+@needs_pgserver
+def test_export_hint_and_plans_elsewhere_use_the_projects_embedded_database(tmp_path: Path) -> None:
+    cwd = project(tmp_path / "proj")
+    shutil.copytree(EXAMPLES, tmp_path / "elsewhere" / "tasks.d")
+    try:
+        assert run_reconciler("apply", cwd=cwd).returncode == 0
+        exported = run_reconciler("export", "--out-dir", "exported/tasks.d", cwd=cwd)
+        assert exported.returncode == 0, exported.stderr
+        again = run_reconciler(*hint_of(exported), cwd=cwd)
+        assert again.returncode == 0 and "No changes." in again.stdout, again.stdout + again.stderr
+        outside = run_reconciler("plan", "--tasks-dir", str(tmp_path / "elsewhere" / "tasks.d"), cwd=cwd)
+        assert "No changes." in outside.stdout, outside.stdout + outside.stderr
+        assert "creating the embedded PostgreSQL" not in again.stderr + outside.stderr
+        assert not (cwd / "exported" / ".reconciler").exists() and not (tmp_path / "elsewhere" / ".reconciler").exists()
     finally:
         stop_embedded(cwd / ".reconciler")

@@ -5,6 +5,7 @@ the project's own notifiers.d is never written into unasked; `--source` exports 
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def test_export_of_a_database_with_notifiers_into_an_empty_folder_plans_no_chang
     assert code == 0 and err == "", err
     assert out == (
         f"exported 2 task(s) to {new / 'tasks.d'} and 3 notifier(s) to {new / 'notifiers.d'}; "
-        f"review them with: reconciler plan --tasks-dir {new / 'tasks.d'}\n"
+        f"review them with: reconciler --dsn {shlex.quote(dsn)} plan --tasks-dir {new / 'tasks.d'}\n"
     )
     code, out, err = cli(dsn, new / "tasks.d", "plan", "--detailed-exitcode")
     assert code == 0 and "No changes." in out, out + err
@@ -183,7 +184,9 @@ def test_export_of_one_source_plans_clean_for_that_source(dsn: str, tmp_path: Pa
     new = tmp_path / "search-repo" / "tasks.d"
     out = ok(dsn, None, "--source", "search", "export", "--out-dir", str(new))
     assert out.startswith(f"exported 1 task(s) to {new} and 1 notifier(s)")
-    assert out.endswith(f"review them with: reconciler plan --tasks-dir {new} --source search\n")
+    assert out.endswith(
+        f"review them with: reconciler --dsn {shlex.quote(dsn)} plan --tasks-dir {new} --source search\n"
+    )
     assert "/oncall-search" in (new.parent / "notifiers.d" / "oncall.toml").read_text()
     code, out, err = cli(dsn, new, "--source", "search", "plan", "--detailed-exitcode")
     assert code == 0 and "No changes." in out, out + err

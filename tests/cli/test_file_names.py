@@ -55,9 +55,9 @@ def test_validate_names_each_file_and_folder_that_is_not_utf8(tmp_path: Path) ->
     code, out, err = cli(None, tasks, "validate")
     assert code == 1 and out == ""
     assert err.splitlines() == [
+        f"{tmp_path}/notifiers.d/\\xff.toml:0: (file): {NOT_UTF8} (ids, paths and the database are UTF-8)",
         f"{tasks}/x\\xff:0: (file): {NOT_UTF8} (ids, paths and the database are UTF-8)",
         f"{tasks}/\\xff.toml:0: (file): {NOT_UTF8} (ids, paths and the database are UTF-8)",
-        f"{tmp_path}/notifiers.d/\\xff.toml:0: (file): {NOT_UTF8} (ids, paths and the database are UTF-8)",
         f"3 error(s) in {tasks} and {tmp_path}/notifiers.d; nothing was changed",
     ]
 

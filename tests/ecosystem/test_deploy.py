@@ -48,6 +48,7 @@ def test_kubernetes_engines_on_every_interface_never_serve_an_open_dashboard() -
         [token] = [e for e in container["env"] if e["name"] == args.dashboard_token_env]
         assert "secretKeyRef" in token["valueFrom"]
 
+
 def test_systemd_unit_runs_a_valid_engine_command() -> None:
     unit = configparser.ConfigParser(interpolation=None, strict=False)
     unit.read_string((DEPLOY / "systemd" / "reconciler-engine.service").read_text())

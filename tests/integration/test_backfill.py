@@ -16,9 +16,15 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
+from reconciler.cli.backfill import follow
+from reconciler.db import backfill_queries
+from reconciler.db.backfill_queries import StallRow
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine
+from reconciler.operate.audit import Operator
+from reconciler.operate.backfill import cancel
 from tests.builders import cli, cron, write_tasks
+from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, setup
 from tests.integration.test_notifications import apply_dirs, outbox, webhook
@@ -156,9 +162,11 @@ async def test_cancel_drops_what_is_queued(store: Store, dsn: str, engine: Engin
     code, _, err = await run(dsn, "backfill", "--cancel", str(real["backfill_id"]))
     assert code == 1 and "already cancelled" in err
     code, listed, _ = await backfill(dsn, "--list", "c")
-    assert "cancelled" in listed and "0/0" in listed
+    assert "cancelled  0/12 run · 12 dropped" in listed  # what it dropped adds up to what it queued
     code, audit, _ = await run(dsn, "audit", "c")
-    assert "backfill" in audit and "cancel" in audit and "bob" in audit
+    cancelled, queued = audit.splitlines()[:2]  # newest first; each names the backfill and its count
+    assert " bob cancel " in cancelled and f"(backfill {real['backfill_id']}, 12 queued run(s) dropped)" in cancelled
+    assert f"(backfill {real['backfill_id']}, 12 run(s) queued over [2026-11-01 00:00:00 UTC, " in queued
     await engine.run_once(NOW)
     assert all(r["status"] == "skipped" for r in backfill_runs(dsn, real["backfill_id"]))  # none started
     # a dropped occurrence has a run (skipped): --reprocess failed queues it again, none leaves it out
@@ -266,3 +274,89 @@ async def test_a_moved_task_keeps_its_backfill_and_a_deleted_one_drops_its_queue
     assert [r["status"] for r in dropped] == ["skipped"] * 3
     rows = json.loads((await backfill(dsn, "--list", "--format", "json"))[1])
     assert rows[0]["state"] == "done" and rows[0]["dropped"] == 3
+
+
+async def test_a_partly_run_cancelled_backfill_lists_what_ran_and_what_it_dropped(
+    store: Store, dsn: str, engine: Engine, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, _ = http
+    await setup(store, tmp_path, {"c": cron(f"{url}/c", expr="*/10 * * * *")})
+    real = await backfill_json(dsn, "c", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T02:00:00Z")
+    await engine.run_once(NOW)
+    await engine.run_once(NOW)
+    ran = sum(r["status"] == "succeeded" for r in backfill_runs(dsn, real["backfill_id"]))
+    assert 0 < ran < 12
+    code, _, err = await run(dsn, "--actor", "bob", "backfill", "--cancel", str(real["backfill_id"]))
+    assert code == 0, err
+    code, listed, _ = await backfill(dsn, "--list")
+    assert f"cancelled  {ran}/12 run · {ran} ok · {12 - ran} dropped  alice" in listed, listed
+    [item] = json.loads((await backfill(dsn, "--list", "--format", "json"))[1])
+    assert (item["state"], item["finished"], item["dropped"], item["pruned"]) == ("cancelled", ran, 12 - ran, 0)
+    parts = ("waiting", "running", "succeeded", "unsuccessful", "dropped", "pruned")
+    assert sum(item[key] for key in parts) == item["queued"] == 12
+
+
+async def test_a_real_backfill_sums_up_and_a_dry_run_is_bounded(store: Store, dsn: str, tmp_path: Path) -> None:
+    await setup(store, tmp_path, {"five": cron(expr="*/5 * * * *")})
+    span = ("five", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z")
+    code, dry, _ = await backfill(dsn, *span, "--dry-run")
+    assert code == 0 and len(dry.splitlines()) < 110 and "  … 188 more (--format json lists every one)" in dry
+    assert "288 to queue, 0 already run, 0 excluded." in dry
+    preview = await backfill_json(dsn, *span, "--dry-run")
+    assert len(instants(preview["occurrences"])) == 288  # json stays complete
+    code, text, _ = await backfill(dsn, *span, "--reason", "outage")
+    lines = text.splitlines()
+    assert code == 0 and len(lines) < 12, text  # not 288 lines: the first and last occurrences, and the counts
+    assert "2026-11-01 00:00:00" in lines[1] and "2026-11-01 23:55:00" in text
+    assert "  … 283 more (--format json lists every one)" in lines and "288 to queue" in text
+    assert "queued backfill " in text and ": 288 run(s), oldest first" in text
+
+
+async def test_wait_says_the_one_reason_its_runs_are_held(
+    store: Store, dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(dsn) as conn:  # the database's clock; one engine live
+        [(clock,)] = conn.execute("SELECT now()").fetchall()
+        conn.execute("INSERT INTO scheduler.engines (engine_id, host, pid) VALUES ('e-1', 'h', 1)")
+    await setup(store, tmp_path, {"d": cron(expr="0 3 * * *")}, clock)  # its next occurrence hours away
+    code, _, err = await run(dsn, "--actor", "alice", "pause", "d", "--reason", "incident")
+    assert code == 0, err
+    real = await backfill_json(dsn, "d", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-04T00:00:00Z")
+    backfill_id = real["backfill_id"]
+    assert isinstance(backfill_id, int)
+    async with store.connection() as conn:
+        [row] = await backfill_queries.backfill_stall(conn, id=backfill_id, live_seconds=30)
+    assert list(row) == list(StallRow.__annotations__)  # the typed row is the statement's columns
+    capsys.readouterr()
+    printed: list[str] = []
+
+    def said() -> bool:
+        printed.append(capsys.readouterr().out)
+        return "no run ended" in "".join(printed)
+
+    waiting = asyncio.create_task(follow(store, backfill_id, quiet_seconds=0))
+    assert await async_wait_until(said, 30)
+    await cancel(store, backfill_id, Operator("bob"))
+    assert await waiting == 1  # dropped: not every occurrence succeeded
+    [hint] = [line for line in "".join(printed).splitlines() if "no run ended" in line]
+    assert hint == (
+        f"backfill {backfill_id}: no run ended in 0 s: d is paused by alice (incident): its backfill runs wait until "
+        "the pause ends (`reconciler resume d`); Ctrl-C stops waiting, not the backfill"
+    )
+
+
+async def test_a_preview_counts_every_excluded_occurrence_past_the_listed_ones(
+    store: Store, dsn: str, tmp_path: Path
+) -> None:
+    """A blackout of the first half of every hour over 5 hours takes away 150 minute occurrences: all counted."""
+    from tests.integration.test_calendars import apply, write
+
+    half = 'kind = "blackout"\ntimezone = "UTC"\n[[window]]\ncron = "0 * * * *"\nduration = "30m"\n'
+    task = 'timezone = "UTC"\n[trigger]\nkind = "cron"\nexpr = "* * * * *"\n[target]\nurl = "http://127.0.0.1:9/"\n'
+    write(tmp_path, {"minutely": task + '[policy]\nblackouts = ["half"]\n'}, {"half": half})
+    await apply(store, tmp_path, NOW)
+    args = ("minutely", "--from", "2026-01-05T00:00:00Z", "--to", "2026-01-05T05:00:00Z", "--dry-run")
+    code, text, err = await backfill(dsn, *args)
+    assert code == 0 and "150 to queue, 0 already run, 150 excluded." in text, text + err
+    dry = await backfill_json(dsn, *args)
+    assert dry["excluded_count"] == 150 and len(instants(dry["occurrences"])) == 150

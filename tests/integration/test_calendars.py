@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from bench.calendars import write_project
 from reconciler.db.store import Store
 from reconciler.engine.loop import Engine
 from reconciler.files.calendars import CALENDARS, load_calendars
@@ -199,3 +200,36 @@ def test_a_saved_plan_is_stale_once_a_calendar_file_changes(dsn: str, tmp_path: 
     [calendar] = plan["calendars"]
     assert (calendar["op"], calendar["name"]) == ("create", "us")
     assert calendar["summary"].startswith("business days: weekend sat, sun; ")
+
+
+def test_next_and_validate_of_the_documented_maxima_blocking_every_minute_answer_that_it_never_fires(
+    tmp_path: Path,
+) -> None:
+    # 20 calendars of 100 windows, together holding every minute (bench/calendars.py's worst case): the old walk
+    # took minutes; the answer now comes from the windows' period. No timing asserted: the test completes.
+    tasks = write_project(tmp_path, tasks=2)
+    done = run_reconciler("--tasks-dir", str(tasks), "next", "task00", "--after", "2026-09-03T00:00:00Z", timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "  no further occurrences: its calendars take away every one"
+    assert lines[2] == "  excluded: 2026-09-03 00:01:00 UTC  blackout: freeze00"
+    checked = run_reconciler("--tasks-dir", str(tasks), "validate", timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    assert "exclude every occurrence, so this task will not fire" in checked.stderr
+
+
+def test_next_and_validate_say_where_the_holiday_data_ends(tmp_path: Path) -> None:
+    year = datetime.now(UTC).year  # apply and next resolve the holidays around the year they run in
+    task = 'timezone = "America/New_York"\n[trigger]\nkind = "cron"\nexpr = "0 9 * * *"\nbusiness_days = "us"\n'
+    tasks = write(tmp_path, {"payroll": task + '[target]\nurl = "http://127.0.0.1:9/p"\n'}, {"us": US})
+    note = f"calendar us: its holidays are known for {year - 1}–{year + 10} only"
+    inside = run_reconciler("--tasks-dir", str(tasks), "next", "--after", f"{year}-03-01T00:00:00Z", ok=True)
+    assert note not in inside.stderr
+    late = f"{year + 10}-12-20T00:00:00Z"
+    beyond = run_reconciler("--tasks-dir", str(tasks), "next", "--after", late, "--count", "10")
+    assert beyond.returncode == 0, beyond.stderr
+    assert f"warning: {note}" in beyond.stderr
+    assert f"a holiday after {year + 10} is a business day" in beyond.stderr
+    assert f"{year + 11}-01-01" in beyond.stdout  # New Year's Day past the data: a business day, as warned
+    checked = run_reconciler("--tasks-dir", str(tasks), "validate", ok=True)
+    assert "calendars.d/us.toml:2: warning: holidays: " + note in checked.stderr

@@ -16,14 +16,17 @@ import subprocess
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import psycopg
 import pytest
 
-from reconciler.db.store import Store
+from reconciler.db import dashboard_queries
+from reconciler.db.store import QUERIES, Store
 from reconciler.engine.loop import Engine
+from reconciler.runs import STATUSES
 from reconciler.web.app import Served, make_app, serve
 from reconciler.web.dashboard import Dashboard
 from tests.builders import (
@@ -37,7 +40,7 @@ from tests.builders import (
     wait_registered,
     write_tasks,
 )
-from tests.helpers import wait_until
+from tests.helpers import async_wait_until, wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import NOW, metrics_endpoint, setup
 from tests.integration.limits_support import add_limit
@@ -371,3 +374,140 @@ async def test_a_task_waiting_for_a_limit_says_so(
         page = (await client.get(f"{site}/tasks/{waiter}")).text
         index = (await client.get(f"{site}/")).text
     assert "waiting for limit billing-api" in page and "waiting for limit billing-api" in index
+    code, out, err = await acli(dsn, None, "status")  # and `status` says so too: a flag and a line
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if line.startswith(f"{waiter} ")]
+    assert row.endswith("WAITING"), out
+    assert f"⧗ {waiter} waiting for limit billing-api (due since " in out, out
+
+
+# ---------------------------------------------------------------- issue 49
+
+
+def locked_reads(dsn: str) -> int:
+    """Sessions of this database waiting for a lock."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_a_busy_pool_is_a_503_that_says_so_with_retry_after_never_a_dsn_error(store: Store, dsn: str) -> None:
+    """The pool's one connection is held by a page waiting for a lock: the next pages wait their turn for
+    the pool's timeout, then answer 503 saying the pool is busy, with Retry-After; nothing about the DSN."""
+    await store.init_schema()
+    dashboard = Dashboard(Store(dsn, max_size=1, timeout=0.5))
+    app = make_app()
+    dashboard.add_routes(app)
+    app.on_cleanup.append(lambda _: dashboard.close())
+    served = await serve(app, "127.0.0.1:0")
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn) as blocker, httpx.AsyncClient(timeout=60) as client:
+            async with blocker.transaction():
+                await blocker.execute("LOCK TABLE scheduler.tasks IN ACCESS EXCLUSIVE MODE")
+                held = asyncio.create_task(client.get(served.url + "/"))
+                assert await async_wait_until(lambda: asyncio.to_thread(locked_reads, dsn), 30)
+                busy = await client.get(served.url + "/", params={"format": "json"})
+                page = await client.get(served.url + "/tasks/x")
+            await held
+    finally:
+        await served.close()
+    for response in (busy, page):
+        assert response.status_code == 503 and response.headers["Retry-After"] == "5", response.text
+    error = busy.json()["error"]
+    assert "database connections stayed busy for 0.5 s" in error and "retry in 5 s" in error, error
+    assert "cannot connect" not in error and "DSN" not in error and "check" not in error, error
+    assert "stayed busy" in page.text and page.headers["Content-Type"].startswith("text/html")
+
+
+async def test_a_missing_static_file_is_a_404_page_not_a_download(site: str) -> None:
+    async with httpx.AsyncClient() as client:
+        for path in ("/static/missing.css", "/static/", "/static/..%2Fapp.py", "/nowhere"):
+            response = await client.get(site + path)
+            assert response.status_code == 404, path
+            assert response.headers["Content-Type"] == "text/plain; charset=utf-8", path
+            assert (
+                response.text == "404: Not Found\n"
+                and "default-src 'self'" in response.headers["Content-Security-Policy"]
+            ), path
+        style = await client.get(site + "/static/style.css")
+        assert style.status_code == 200 and style.headers["Content-Type"].startswith("text/css")
+
+
+async def test_the_bearer_scheme_is_case_insensitive(store: Store, dsn: str) -> None:
+    await store.init_schema()
+    served = await dashboard_at(dsn, token="t0k3n")
+    try:
+        async with httpx.AsyncClient() as client:
+            for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+                response = await client.get(served.url + "/engines", headers={"Authorization": f"{scheme} t0k3n"})
+                assert response.status_code == 200, scheme
+            for header in ("bearer wrong", "Basic t0k3n", "bearer", "t0k3n"):
+                response = await client.get(served.url + "/engines", headers={"Authorization": header})
+                assert response.status_code == 401, header
+    finally:
+        await served.close()
+
+
+async def test_a_backfill_run_is_neither_the_last_run_nor_late(
+    store: Store, engine: Engine, dsn: str, site: str, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    """ops/ping's scheduled run at NOW; then a backfill re-runs an occurrence of 43 days before, and one of an
+    hour ago, both just now: its last run (on `/` and in `status`) and lateness stay the scheduled run's, and the
+    last day's counts are of the schedule's runs."""
+    await fired(store, engine, tmp_path, http)
+    before = {task["id"]: task for task in (await get_json(site, "/"))["tasks"]}["ops/ping"]  # type: ignore[union-attr]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, started_at, finished_at, "
+            "                            http_status) "
+            "SELECT 'ops/ping', at, 'backfill', 'succeeded', 1, now(), now(), 200 "
+            "  FROM unnest(ARRAY[%s::timestamptz - interval '43 days', now() - interval '1 hour']) at",
+            (NOW,),
+        )
+    ping = {task["id"]: task for task in (await get_json(site, "/"))["tasks"]}["ops/ping"]  # type: ignore[union-attr]
+    assert ping["last_kind"] == "scheduled" and ping["last_scheduled_for"] == NOW.isoformat(), ping
+    for key in ("last_late_seconds", "last_status", "last_http_status", "last_24h"):  # the engine's run's (at NOW)
+        assert ping[key] == before[key], (key, ping, before)
+    code, out, err = await acli(dsn, None, "status", "--format", "json")
+    assert code == 0, err
+    [status] = [task for task in json.loads(out)["tasks"] if task["id"] == "ops/ping"]
+    assert status["last_run_at"] == NOW.isoformat() and status["last_status"] == "succeeded", status
+
+
+async def test_the_last_day_counts_are_an_index_only_count_not_a_heap_read(store: Store, dsn: str) -> None:
+    """20 tasks firing every 10 s for a day (172,800 runs): the page's counts read runs_day_idx alone."""
+    await store.init_schema()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO scheduler.tasks (id, source, spec, spec_hash) "
+            "SELECT 't' || lpad(g::text, 2, '0'), 'day', %s::jsonb, 'h' FROM generate_series(1, 20) g",
+            ('{"trigger": {"kind": "interval", "every": "10s"}, "target": {"url": "http://127.0.0.1:9/"}}',),
+        )
+        conn.execute(
+            "INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, started_at, finished_at) "
+            "SELECT 't' || lpad(g::text, 2, '0'), at, 'scheduled', "
+            "       CASE WHEN mod(n, 6) = 0 THEN 'failed' ELSE 'succeeded' END, at, at "
+            "  FROM generate_series(0, 8639) n, LATERAL (SELECT now() - interval '10 seconds' * n AS at) x, "
+            "       generate_series(1, 20) g"
+        )
+        conn.execute("VACUUM ANALYZE scheduler.runs")
+        params = {"after": None, "source": None, "labels": None, "status": None, "now": None, "id": None}
+        params |= {"limit": 101, "statuses": list(STATUSES)}
+        found = "\n".join(str(row[0]) for row in conn.execute("EXPLAIN " + QUERIES["dashboard_tasks"], params))
+    counts = [line for line in found.splitlines() if "scheduled_for >" in line or "runs_day_idx" in line]
+    assert any("Index Only Scan using runs_day_idx" in line for line in counts), found
+    assert "Seq Scan on runs" not in found and "Bitmap Heap Scan on runs" not in found, found
+    listed = await get_json_of(store)
+    assert {n for task in listed for n in task["last_day"]} == {"succeeded", "failed"}
+    assert all(8500 < sum(task["last_day"].values()) <= 8640 for task in listed), listed
+
+
+async def get_json_of(store: Store) -> list[dict[str, Any]]:
+    """The task list's rows, as the dashboard reads them."""
+    async with store.reading() as conn:
+        rows = await dashboard_queries.tasks_page(
+            conn, after=None, source=None, labels=None, status=None, now=None, limit=101
+        )
+    return [dict(row) for row in rows]

@@ -91,3 +91,22 @@ def test_explain_unknown_task_is_one_line(store: Store, dsn: str) -> None:
     assert done.stderr.strip() == (
         "error: task 'nope' is not in the database; apply its file first (`reconciler plan` shows it)"
     )
+
+
+def test_explain_lists_excluded_occurrences_in_time_order_among_the_others() -> None:
+    # A daily task on business days, asked about a Monday: Thursday, Friday, Monday | Tuesday, Wednesday,
+    # Thursday, with the weekend's two excluded occurrences between Friday and Monday (they came last before).
+    spec = {
+        "timezone": "UTC",
+        "trigger": {"kind": "cron", "expr": "0 9 * * *", "business_days": "wk"},
+        "target": {"url": "http://127.0.0.1:9/x"},
+        "calendars": {"wk": {"kind": "business_days"}},
+    }
+    at = datetime(2026, 9, 7, 10, 0, tzinfo=UTC)  # a Monday
+    lines = explain_offline(spec, at, now=at)
+    listed = [ln for ln in lines if ln.startswith("  2026-09-")]
+    days = [int(ln[10:12]) for ln in listed]
+    assert days == sorted(days) and days[:4] == [3, 4, 5, 6]  # Thursday, Friday, then the weekend in its place
+    assert listed[2].endswith("→ no run: weekend (wk)") and listed[3].endswith("→ no run: weekend (wk)")
+    marker = lines.index("  ---- 2026-09-07 10:00:00 UTC (T)")
+    assert lines[marker - 1].startswith("  2026-09-07 09:00") and lines[marker + 1].startswith("  2026-09-08 09:00")

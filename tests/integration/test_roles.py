@@ -240,6 +240,45 @@ async def test_engine_fires_but_may_not_rewrite_a_task(
                 conn.execute(statement)
 
 
+async def test_a_leaked_engine_credential_cannot_erase_recent_audit_rows(
+    initialized: str, roles: Roles, tasks: Path
+) -> None:
+    applier, engine_dsn = roles.create("applier"), roles.create("engine")
+    roles.grant(applier=applier, engine=engine_dsn)
+    assert (await asyncio.to_thread(cli, applier, tasks, "apply"))[0] == 0  # the audit log's fresh row
+    with psycopg.connect(initialized, autocommit=True) as conn:  # the owner writes older ones, by age in days
+        for days in (40, 8, 6):
+            conn.execute(
+                "INSERT INTO scheduler.audit (at, actor, action, source) "
+                "VALUES (now() - make_interval(days => %s), %s, 'pause', 'default')",
+                (days, f"{days} days ago"),
+            )
+
+    def actors() -> list[str]:
+        with psycopg.connect(initialized) as conn:
+            return sorted(str(row[0]) for row in conn.execute("SELECT actor FROM scheduler.audit"))
+
+    everything = actors()
+    with psycopg.connect(engine_dsn, autocommit=True) as conn:
+        for statement in (
+            "DELETE FROM scheduler.audit WHERE at > now() - interval '1 hour'",
+            "DELETE FROM scheduler.audit WHERE at > now() - interval '7 days'",
+            "DELETE FROM scheduler.audit",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="younger than 7 days"):
+                conn.execute(statement)
+    assert actors() == everything  # refused whole: not a row gone
+    # Retention as the engine role: what is past --keep-runs-days (1) and a week old goes, without an error.
+    firer = Firer(concurrency=1)
+    try:
+        async with Store(engine_dsn) as store:
+            engine = Engine(store, EngineConfig("least-privilege", keep_runs_days=1), firer)
+            await engine.prune_runs(utcnow())
+    finally:
+        await firer.close()
+    assert actors() == sorted(name for name in everything if name not in ("40 days ago", "8 days ago"))
+
+
 def test_db_init_without_create_is_one_line_and_plan_still_plans(dsn: str, roles: Roles, tasks: Path) -> None:
     nobody = roles.create("nobody")
     for command in (["db", "init"], ["apply"]):

@@ -1,6 +1,7 @@
 """The claim's whole decision as a table (engine/claim_plan.py: `plan_claim`), no database: given the rows a claim
 reads under its locks, the run rows it inserts, the queued runs it starts, the tasks it moves on and what it takes
-from its limits. Catch-up, misfire, max instances, pauses, queued runs and limits, each alone and together."""
+from its limits. Catch-up, misfire, max instances, pauses, queued runs and limits, each alone and together; a
+backfill run never starts beside a run in flight of its occurrence (one Idempotency-Key is never in flight twice)."""
 
 from __future__ import annotations
 
@@ -60,12 +61,14 @@ class Due:
         )
 
 
-def queued(run_id: int, task_id: str, scheduled: float, limits: tuple[str, ...] = ()) -> QueuedRow:
+def queued(
+    run_id: int, task_id: str, scheduled: float, limits: tuple[str, ...] = (), kind: str = "manual"
+) -> QueuedRow:
     return QueuedRow(
         run_id=run_id,
         task_id=task_id,
         scheduled_for=at(scheduled),
-        kind="manual",
+        kind=kind,
         spec_text="{}",
         spec_key=1,
         source="default",
@@ -96,6 +99,7 @@ class Case:
     queued: list[QueuedRow] = field(default_factory=list)
     held: dict[str, int] = field(default_factory=dict)
     limits: list[LimitRow] = field(default_factory=list)
+    in_flight: list[tuple[str, float]] = field(default_factory=list)  # occurrences with a run in flight
     # (task, minutes, kind, status), as inserted
     inserts: list[tuple[str, float, str, str]] = field(default_factory=list)
     # (task, next run in minutes or None, the limit its due occurrence waits for)
@@ -105,6 +109,7 @@ class Case:
 
 
 PLAIN = compiled()
+TWO = compiled(max_running_instances=2)
 CASES = {
     "on time: one run, the next minute stays due": Case(
         0, [Due("a", 0)], {"a": PLAIN}, inserts=[("a", 0, "scheduled", "running")], advances=[("a", 1, None)]
@@ -224,6 +229,41 @@ CASES = {
         advances=[("a", 1, None)],
         starts=[(8, "running")],
     ),
+    # One Idempotency-Key is never in flight twice: a backfill run (its occurrence's key) waits for that
+    # occurrence's run in flight (`backfill --reprocess all` of it, a free slot beside it).
+    "a backfill run whose occurrence has a run in flight waits, though a slot is free": Case(
+        0, [], {"a": TWO}, queued=[queued(7, "a", -5, kind="backfill")], held={"a": 1}, in_flight=[("a", -5)]
+    ),
+    "it starts once that run has ended": Case(
+        0, [], {"a": TWO}, queued=[queued(7, "a", -5, kind="backfill")], starts=[(7, "running")]
+    ),
+    "meanwhile the backfill's run of another occurrence takes the free slot": Case(
+        0,
+        [],
+        {"a": TWO},
+        queued=[queued(7, "a", -5, kind="backfill"), queued(8, "a", -4, kind="backfill")],
+        held={"a": 1},
+        in_flight=[("a", -5)],
+        starts=[(8, "running")],
+    ),
+    "the claim's own scheduled run of an occurrence holds a backfill run of it": Case(
+        0,
+        [Due("a", 0)],
+        {"a": TWO},
+        queued=[queued(7, "a", 0, kind="backfill")],
+        inserts=[("a", 0, "scheduled", "running")],
+        advances=[("a", 1, None)],
+    ),
+    "two backfill runs of one occurrence: the second waits for the first": Case(
+        0,
+        [],
+        {"a": TWO},
+        queued=[queued(7, "a", -5, kind="backfill"), queued(8, "a", -5, kind="backfill")],
+        starts=[(7, "running")],
+    ),
+    "a manual run has a key of its own: a run in flight at its moment does not hold it": Case(
+        0, [], {"a": TWO}, queued=[queued(7, "a", -5)], held={"a": 1}, in_flight=[("a", -5)], starts=[(7, "running")]
+    ),
 }
 
 
@@ -238,7 +278,9 @@ def shape(plan: ClaimPlan) -> tuple[Any, ...]:
 @pytest.mark.parametrize("name", CASES)
 def test_the_claim_plan(name: str) -> None:
     case = CASES[name]
-    plan = plan_claim(at(case.now), [d.row() for d in case.due], case.queued, case.held, case.specs, case.limits)
+    in_flight = [(task_id, at(moment)) for task_id, moment in case.in_flight]
+    due = [d.row() for d in case.due]
+    plan = plan_claim(at(case.now), due, case.queued, case.held, case.specs, case.limits, in_flight)
     assert shape(plan) == (case.inserts, case.advances, case.starts, case.taken)
 
 

@@ -14,6 +14,7 @@ from reconciler.reconcile.plan import KindChanges, calendar_fields, version
 def calendar_lines(change: ItemChange[Any]) -> list[str]:
     return kind_lines(KindChanges(CALENDARS, [change]), SYMBOLS)
 
+
 OLD = {
     "kind": "business_days",
     "weekend": ["sat", "sun"],

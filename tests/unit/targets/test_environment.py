@@ -44,7 +44,7 @@ def test_forbidden_and_missing_variables_name_the_variable_never_a_value() -> No
 def test_scrub_covers_encoded_forms_and_basic_credentials() -> None:
     secrets = RunSecrets({"KEY": 'a b/c+d"e', "PW": "pass-word"}, EnvPolicy())
     secrets.resolve(EnvRef(env="KEY"), "k")
-    secrets.remember_basic("svc", secrets.resolve(EnvRef(env="PW"), "p"))
+    secrets.remember_basic(secrets.resolve(EnvRef(env="PW"), "p"), "Basic c3ZjOnBhc3Mtd29yZA==")
     echoed = 'raw a b/c+d"e url a%20b%2Fc%2Bd%22e plus a+b%2Fc%2Bd%22e json a b/c+d\\"e basic c3ZjOnBhc3Mtd29yZA=='
     assert secrets.scrub(echoed) == ("raw [redacted] url [redacted] plus [redacted] json [redacted] basic [redacted]")
     assert secrets.scrub("short ab stays") == "short ab stays"
