@@ -89,7 +89,10 @@ def home_for(tasks_dir: str, create: bool = True, cwd: Path | None = None) -> Pa
 
 def shown_path(path: str, cwd: Path | None = None) -> str:
     """A directory as a message names it: relative to the current directory when it lies below it (`tasks.d`,
-    `exported/tasks.d`), else resolved (`/home/me/project/tasks.d`): never a bare `..` or `.`."""
+    `exported/tasks.d`), else resolved (`/home/me/project/tasks.d`): never a bare `..` or `.`. A path given
+    absolute stays as given (normalised), as the error lines of its files name it."""
+    if os.path.isabs(path):
+        return os.path.normpath(path)
     here = (cwd or Path.cwd()).resolve()
     full = (here / path).resolve()
     if full != here and full.is_relative_to(here):

@@ -179,6 +179,7 @@ def test_validate_warns_of_months_without_the_nth_business_day(tmp_path: Path) -
     trigger = '[trigger]\nkind = "business_day"\nbusiness_days = "us"\nday = 22\nat = "09:00"\n'
     (tasks / "late.toml").write_text(trigger + TARGET)
     done = run_reconciler("--tasks-dir", str(tasks), "validate", ok=True)
-    assert "valid (1 warning(s) on stderr)" in done.stdout
+    assert "valid (2 warning(s) on stderr)" in done.stdout  # this one, and where the holiday data ends
+    assert "us.toml:2: warning: holidays: calendar us: its holidays are known for " in done.stderr
     assert "late.toml:4: warning: trigger.day: day = 22:" in done.stderr
     assert "have fewer business days of calendar 'us'" in done.stderr
