@@ -4,7 +4,6 @@ existing ones."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -96,14 +95,13 @@ def export(options: ExportOptions) -> int:
     return EXIT_OK
 
 
-PASSWORD = re.compile(r"://[^/@:]*:[^/@]*@|password\s*=", re.IGNORECASE)
-
-
 def review_hint(options: ExportOptions, shown: str, sources: set[str]) -> str:
     """The command that plans the export against the database it came from, run from here: "No changes". The same
     --dsn (as written when it holds no password), and the source of the files (a plan owns one source)."""
+    from reconciler.db.errors import holds_password
+
     dsn = options.database.dsn
-    given = "" if dsn is None else f"--dsn {shlex.quote(dsn) if not PASSWORD.search(dsn) else 'DSN'} "
+    given = "" if dsn is None else f"--dsn {shlex.quote(dsn) if not holds_password(dsn) else 'DSN'} "
     source = options.source if options.source is not None else next(iter(sources)) if len(sources) == 1 else None
     named = f" --source {shlex.quote(source)}" if source not in (None, "default") else ""
     hint = f"review them with: reconciler {given}plan --tasks-dir {shlex.quote(shown)}{named}"

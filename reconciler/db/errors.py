@@ -70,6 +70,15 @@ def redact(dsn: str) -> str:
     return " ".join(f"{k}={v}" for k, v in shown.items()) or "<default>"
 
 
+def holds_password(dsn: str) -> bool:
+    """Whether a DSN carries a password (`user:pw@` of a URI, `password=` of either form), so it is never shown as
+    written; an unparsable one is taken to."""
+    try:
+        return "password" in psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return True
+
+
 _QUOTED = re.compile(r'"([^"]*)"')
 
 

@@ -109,18 +109,21 @@ def _skipped_by_gap_policy(spec: TaskSpec, shown: list[Fire]) -> list[Fire]:
     return [f for f in unskipped if f.at not in kept and f.note]
 
 
-def _excluded_lines(spec: TaskSpec, shown: list[Fire], at: datetime, zone: ZoneInfo) -> list[tuple[datetime, str]]:
-    """What the task's calendars took away in the span shown (no run rows: SPEC §6), each at its instant."""
-    if spec.calendars is None or not shown:
+def _excluded_lines(
+    calendared: Schedule | None, shown: list[Fire], at: datetime, zone: ZoneInfo
+) -> list[tuple[datetime, str]]:
+    """What the task's calendars took away in the span shown (no run rows: SPEC §6), each at its instant;
+    `calendared` its schedule when it names calendars, else None."""
+    if calendared is None or not shown:
         return []
     start, end = min(shown[0].at, at) - timedelta(seconds=1), max(shown[-1].at, at)
-    found = excluded_between(compile_schedule(spec), start, end)
+    found = excluded_between(calendared, start, end)
     return [(e.at, f"  {when_text(e.at, zone)}  → no run: {e.reason}") for e in found]
 
 
-def _blackout_line(spec: TaskSpec, at: datetime, zone: ZoneInfo) -> list[str]:
+def _blackout_line(calendared: Schedule | None, at: datetime, zone: ZoneInfo) -> list[str]:
     """The blackout that holds T, if any."""
-    holding = blackout_now(compile_schedule(spec), at) if spec.calendars is not None else None
+    holding = blackout_now(calendared, at) if calendared is not None else None
     return [] if holding is None else [f"  blackout at T: {holding[0]} until {when_text(holding[1], zone)}"]
 
 
@@ -229,7 +232,8 @@ def explain(
         entries.append((fire.at, block))
     for fire in _skipped_by_gap_policy(spec, shown):
         entries.append((fire.at, [f'  {fire_line(fire, zone)}  → no run: policy.dst_gap = "skip"']))
-    entries += [(instant, [line]) for instant, line in _excluded_lines(spec, shown, at, zone)]
+    calendared = compile_schedule(spec) if spec.calendars is not None else None  # compiled once for both
+    entries += [(instant, [line]) for instant, line in _excluded_lines(calendared, shown, at, zone)]
     marked = False
     for instant, block in sorted(entries, key=lambda entry: entry[0]):
         if shown and not marked and instant > at:
@@ -238,7 +242,7 @@ def explain(
         lines += block
     if not shown:
         lines.append("  no occurrences: the schedule is exhausted (a fired `once`, or past end_at)")
-    lines += _blackout_line(spec, at, zone)
+    lines += _blackout_line(calendared, at, zone)
     manual = [r for r in runs if r["kind"] == "manual"]
     for run in manual:
         lines.append(

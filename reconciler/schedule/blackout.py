@@ -205,12 +205,16 @@ class Blackouts:
                         self.recent[:] = [(c.name, rule)]
                         return c.name
             return None
-        ends = [(end, c.name) for c in self.calendars if (end := c.end(moment)) is not None]
-        return max(ends)[1] if ends else None
+        last = self._last(moment)
+        return None if last is None else last[1]
 
     def touches_fixed(self, span: Span) -> bool:
         """Whether a fixed window overlaps `span`."""
         return any(start < span.end and span.start < end for c in self.calendars for start, end in c.fixed)
+
+    def _last(self, moment: datetime) -> tuple[datetime, str] | None:
+        """The end of the window holding `moment` that ends last, and its calendar's name; None when none holds it."""
+        return max(((end, c.name) for c in self.calendars if (end := c.end(moment)) is not None), default=None)
 
     def _end(self, moment: datetime) -> datetime | None:
         return max((end for c in self.calendars if (end := c.end(moment)) is not None), default=None)
@@ -224,10 +228,10 @@ class Blackouts:
         if self.endless:
             holder = self.holder(moment)
             return None if holder is None else Span(FLOOR, HORIZON, holder)
-        ends = [(end, c.name) for c in self.calendars if (end := c.end(moment)) is not None]
-        if not ends:
+        last = self._last(moment)
+        if last is None:
             return None
-        end, name = max(ends)
+        end, name = last
         for _ in range(MAX_CHAIN):  # a window holding the end (it touches or overlaps) carries the span on
             further = self._end(end) if end < HORIZON else None
             if further is None:

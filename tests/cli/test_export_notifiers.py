@@ -8,6 +8,7 @@ import json
 import shlex
 import tomllib
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -190,3 +191,23 @@ def test_export_of_one_source_plans_clean_for_that_source(dsn: str, tmp_path: Pa
     assert "/oncall-search" in (new.parent / "notifiers.d" / "oncall.toml").read_text()
     code, out, err = cli(dsn, new, "--source", "search", "plan", "--detailed-exitcode")
     assert code == 0 and "No changes." in out, out + err
+
+
+@pytest.mark.parametrize("form", ["keyword", "uri"])
+def test_exports_hint_never_shows_a_password_of_the_dsn(dsn: str, tmp_path: Path, form: str) -> None:
+    """The hint repeats the --dsn export was given, but never one that carries a password (the test server trusts
+    its clients: the password is carried, not checked)."""
+    secret = "hunter2-of-the-dsn"
+    with_password = psycopg.conninfo.make_conninfo(dsn, password=secret)
+    if form == "uri":
+        params = {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(with_password).items() if v is not None}
+        user, dbname = quote(params.pop("user", "postgres"), safe=""), quote(params.pop("dbname"), safe="")
+        query = "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items() if k != "password")
+        with_password = f"postgresql://{user}:{secret}@/{dbname}?{query}"
+    ok(with_password, write_tasks(tmp_path / "team" / "tasks.d", {"ops/ping": cron("http://127.0.0.1:9/p")}), "apply")
+    new = tmp_path / "new-repo" / "tasks.d"
+    code, out, err = cli(with_password, None, "export", "--out-dir", str(new))
+    assert code == 0, out + err
+    assert secret not in out + err
+    hint = f"review them with: reconciler --dsn DSN plan --tasks-dir {new} (DSN: the one given to export)\n"
+    assert out.endswith(hint), out
