@@ -53,6 +53,25 @@ def host_port(text: str) -> str:
     return f"{host.strip('[]')}:{int(match.group(2))}"
 
 
+def public_url(text: str) -> str:
+    """An argparse type: the http(s) base URL targets reach the engines at (`engine --public-url`), without
+    credentials, query or fragment; its trailing slash dropped."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:200]!r} is not an http:// or https:// URL, e.g. https://reconciler.internal"
+        )
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError("give the base URL alone: no credentials, query or fragment")
+    return text.rstrip("/")
+
+
 # Option bounds (docs/files.md, "Input bounds"): generous, but each value stays one the process can act on.
 COUNT = bounded(int, 1, 10_000)  # --count, --concurrency, --batch
 LIMIT = bounded(int, 1, 100_000)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from reconciler.cli.console import err, log
@@ -91,6 +91,9 @@ async def run_engine(store: Store, web: WebOptions | None, stop: asyncio.Event, 
     """Serve `engine` (and /metrics, the probes and the dashboard on `web.addr`, if any) until `stop` is set;
     waits for the database first."""
     server = await start_web(web, engine, store) if web is not None else None
+    if server is not None and web is not None and web.fallback and engine.config.public_url is None:
+        # `up` (a local loop): its own address is where local targets report their jobs
+        engine.config = replace(engine.config, public_url=server.url)
     sources = list(engine.config.sources)
     fields = {"engine_id": engine.config.engine_id, "concurrency": engine.config.concurrency, "sources": sources}
     scope = f"sources {', '.join(sources)}" if sources else "every source"
@@ -132,6 +135,11 @@ def engine(options: EngineOptions) -> int:
 
     setup_logging(options.log_format)
     config = options.config
+    if config.public_url is not None and options.serve.addr is None:
+        raise UserError(
+            "--public-url needs --metrics-addr HOST:PORT: a job's callbacks arrive at the engine's HTTP server, "
+            "which the public URL must reach"
+        )
 
     async def run() -> int:
         store = store_for(options.database, engine_pool_size(config))

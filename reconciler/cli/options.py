@@ -9,11 +9,13 @@ light modules are imported here: every command's options are built before anythi
 from __future__ import annotations
 
 import os
-from argparse import Namespace
+from argparse import ArgumentTypeError, Namespace
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reconciler.cli.argtypes import public_url
+from reconciler.errors import UserError
 from reconciler.files.locations import DIRECTORY_OPTIONS, TASKS_KIND, Directories, beside, dest
 
 if TYPE_CHECKING:
@@ -125,7 +127,19 @@ def engine_config(args: Namespace, sources: tuple[str, ...]) -> EngineConfig:
         max_clock_offset=args.max_clock_offset,
         listen_dsn=args.listen_dsn or os.environ.get("RECONCILER_LISTEN_DSN") or None,
         allow_env=globs(args.allow_env),
+        public_url=args.public_url or env_public_url(),
     )
+
+
+def env_public_url() -> str | None:
+    """RECONCILER_PUBLIC_URL (the default of --public-url), checked as the option is; None when unset or empty."""
+    text = os.environ.get("RECONCILER_PUBLIC_URL")
+    if not text:
+        return None
+    try:
+        return public_url(text)
+    except ArgumentTypeError as exc:
+        raise UserError(f"RECONCILER_PUBLIC_URL: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from reconciler.cli.argtypes import (
     SECONDS,
     bounded,
     host_port,
+    public_url,
     revision_name,
 )
 from reconciler.cli.options import (
@@ -158,6 +159,13 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
         metavar="DSN",
         help="a direct (or session-mode) connection for LISTEN when the engine's DSN is a pooler in transaction "
         "mode (default RECONCILER_LISTEN_DSN, else the engine's DSN)",
+    )
+    parser.add_argument(
+        "--public-url",
+        type=public_url,
+        metavar="URL",
+        help="the address targets reach the engines' --metrics-addr at: the base of a job's callback URL "
+        '(completion = "callback"; default RECONCILER_PUBLIC_URL)',
     )
     parser.add_argument(
         "--max-clock-offset",

@@ -47,7 +47,8 @@ class QueuedRow(TypedDict):
     run_id: int
     task_id: str
     scheduled_for: datetime
-    kind: str  # manual | backfill
+    kind: str  # manual | backfill; scheduled | catchup: a job's retry (job_retry)
+    attempt: int  # the attempts made (a job's retry goes on from there)
     spec_text: str
     spec_key: int
     source: str
@@ -70,6 +71,7 @@ class InDoubtRow(TypedDict):
     task_id: str
     scheduled_for: datetime
     kind: str
+    attempt: int
     spec_text: str
     spec_key: int
     source: str

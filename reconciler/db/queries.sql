@@ -382,9 +382,10 @@ WITH lim AS MATERIALIZED ({{limits_now()}}), q AS MATERIALIZED (
     SELECT id, task_id, kind, hold_seconds, {{occurrence_busy(u)}} AS busy,
            -- a backfill run waiting for its occurrence's run in flight lets the backfill's next runs go first
            row_number() OVER (PARTITION BY task_id ORDER BY kind = 'backfill', {{occurrence_busy(u)}}, id) AS place
-      FROM scheduler.runs u WHERE status = 'queued'
+      FROM scheduler.runs u
+     WHERE status = 'queued' AND (retry_at IS NULL OR retry_at <= COALESCE(%(now)s::timestamptz, now()))
 )
-SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, r.attempt, {{run_spec(t)}} AS spec_text,
        hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source, {{limits_of(t)}} AS limits
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE r.id = ANY(ARRAY(
@@ -529,15 +530,16 @@ UPDATE scheduler.runs
 -- Runs this engine leased since %(since)s (its start, by the database's clock) that it does not know
 -- of (%(known)s: those it is firing or holds results of): a claim whose COMMIT went through while
 -- the connection died before the answer came back. Never fired: the engine fires only what a claim
--- it saw commit returned. With the seconds left on each lease.
-SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS spec_text,
+-- it saw commit returned. With the seconds left on each lease. Not a job its target accepted (its lease a job's,
+-- or accepted_at set): it was fired, and reports by itself.
+SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, r.attempt, {{run_spec(t)}} AS spec_text,
        hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source,
        extract(epoch FROM l.expires_at - now())::float8 AS lease_left
   FROM scheduler.run_leases l
   JOIN scheduler.runs r ON r.id = l.run_id
   JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE l.engine_id = %(engine_id)s AND r.status = 'running' AND r.claimed_at >= %(since)s
-   AND l.expires_at > now() AND r.id <> ALL(%(known)b::bigint[])
+   AND l.expires_at > now() AND r.id <> ALL(%(known)b::bigint[]) AND NOT l.job AND r.accepted_at IS NULL
  ORDER BY r.id;
 
 -- name: runs_mark_lost
@@ -546,7 +548,9 @@ SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, {{run_spec(t)}} AS sp
 -- the occurrence was lost twice already: a backfill leaves no gap when engines are killed. (The count reads
 -- the statement's snapshot, where the run lost now is still running.)
 WITH expired AS (
-    DELETE FROM scheduler.run_leases WHERE expires_at <= COALESCE(%(now)s::timestamptz, now()) RETURNING run_id, engine_id
+    -- a job's lease (job) is its deadline or heartbeat timeout: the upkeep ends it timed_out (jobs_overdue)
+    DELETE FROM scheduler.run_leases WHERE expires_at <= COALESCE(%(now)s::timestamptz, now()) AND NOT job
+    RETURNING run_id, engine_id
 ), lost AS (
     UPDATE scheduler.runs r
        SET status = 'lost', finished_at = COALESCE(%(now)s::timestamptz, now()),
@@ -594,7 +598,7 @@ DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
 -- missed); not at its next_run_at, which has passed: the engine sleeps until then instead of spinning. So is a
 -- queued run whose limit is full.
 WITH lim AS MATERIALIZED ({{limits_now()}}), queued AS MATERIALIZED (
-    SELECT DISTINCT task_id, kind, hold_seconds, {{occurrence_busy(u)}} AS busy
+    SELECT DISTINCT task_id, kind, hold_seconds, {{occurrence_busy(u)}} AS busy, retry_at
       FROM scheduler.runs u WHERE status = 'queued'
 )
 SELECT LEAST(
@@ -610,11 +614,15 @@ SELECT LEAST(
          (SELECT min(lim.frees_at) FROM lim
            WHERE lim.full AND EXISTS (SELECT 1 FROM queued r JOIN scheduler.tasks t ON t.id = r.task_id
                                        WHERE t.source = lim.source AND {{limits_of(t)}} ? lim.name
-                                         AND {{of_sources(t.source)}}))
+                                         AND {{of_sources(t.source)}})),
+         -- a job's retry (job_retry)
+         (SELECT min(r.retry_at) FROM queued r JOIN scheduler.tasks t ON t.id = r.task_id
+           WHERE r.retry_at IS NOT NULL AND {{of_sources(t.source)}})
        ) AS next_run_at,
        COALESCE(%(now)s::timestamptz, now()) AS now,
        EXISTS (SELECT 1 FROM queued r JOIN scheduler.tasks t ON t.id = r.task_id
                 WHERE {{backfill_may_start(r)}}
+                  AND (r.retry_at IS NULL OR r.retry_at <= COALESCE(%(now)s::timestamptz, now()))
                   AND {{of_sources(t.source)}}
                   AND {{limit_free(t)}}
                   AND {{max_running_instances(t)}}
@@ -671,7 +679,7 @@ SELECT count(*) AS due FROM scheduler.tasks
 -- (runs_task_success_idx) and its newest failed, lost or missed run (runs_task_unsuccessful_idx).
 -- Two index descents per task, in the order only those indexes give (see status_rows).
 SELECT t.id, t.next_run_at, s.finished_at AS last_success,
-       CASE WHEN u.id > COALESCE(s.id, 0) THEN u.status IN ('failed', 'lost')
+       CASE WHEN u.id > COALESCE(s.id, 0) THEN u.status IN ('failed', 'lost', 'timed_out')
             WHEN s.id IS NOT NULL THEN false END AS failing
   FROM scheduler.tasks t
   LEFT JOIN LATERAL (
@@ -680,7 +688,7 @@ SELECT t.id, t.next_run_at, s.finished_at AS last_success,
          ORDER BY task_id DESC, id DESC LIMIT 1) s ON true
   LEFT JOIN LATERAL (
         SELECT id, status FROM scheduler.runs
-         WHERE task_id = ANY(ARRAY[t.id]) AND status IN ('failed', 'lost', 'missed')
+         WHERE task_id = ANY(ARRAY[t.id]) AND status IN ('failed', 'lost', 'missed', 'timed_out')
          ORDER BY task_id DESC, id DESC LIMIT 1) u ON true
  WHERE t.enabled AND {{of_sources(t.source)}}
  ORDER BY t.id
@@ -1144,7 +1152,7 @@ SELECT t.id, t.source, t.spec::text AS spec_text, t.spec_hash, t.enabled, t.time
        EXTRACT(EPOCH FROM r.started_at - r.scheduled_for)::float8 AS last_late_seconds,
        (SELECT count(*) FROM (
             SELECT 1 FROM scheduler.runs f
-             WHERE f.task_id = ANY(ARRAY[t.id]) AND f.status IN ('failed', 'lost') AND f.id > COALESCE(s.id, 0)
+             WHERE f.task_id = ANY(ARRAY[t.id]) AND f.status IN ('failed', 'lost', 'timed_out') AND f.id > COALESCE(s.id, 0)
              ORDER BY f.task_id DESC, f.id DESC LIMIT 100) streak) AS failing_streak,
        (SELECT COALESCE(jsonb_object_agg(st.status, day.n) FILTER (WHERE day.n > 0), '{}'::jsonb)
           FROM unnest(%(statuses)s::text[]) AS st(status)
@@ -1202,3 +1210,99 @@ SELECT * FROM (
       ORDER BY task_id DESC, id DESC LIMIT %(limit)s)) AS listed
  ORDER BY id DESC;
 
+
+-- ============================================================== jobs (docs/jobs.md)
+-- A callback task's run is a job: its target answers at once and reports the outcome later, to any engine.
+
+-- name: job_attempt
+-- Before a job's request leaves: the attempt's token (its sha256 only), its deadline (from now, by the database's
+-- clock) and heartbeat timeout; what a previous attempt reported is cleared. Only while the run is this
+-- engine's to fire (running).
+UPDATE scheduler.runs
+   SET attempt = %(attempt)s, callback_hash = %(hash)s,
+       deadline_at = COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(deadline)s),
+       heartbeat_seconds = %(heartbeat)s, accepted_at = NULL, heartbeat_at = NULL, progress = NULL, output = NULL,
+       retry_at = NULL
+ WHERE id = %(run_id)s AND status = 'running'
+RETURNING id;
+
+-- name: job_accepted
+-- The target accepted the job (a 2xx): the run stays running, and its lease becomes the job's, held to its
+-- deadline or its heartbeat timeout (from the last heartbeat, or now), whichever is sooner. Nothing when the
+-- job already completed (a fast job reports before its 202 is read).
+WITH r AS (
+    UPDATE scheduler.runs
+       SET accepted_at = COALESCE(%(now)s::timestamptz, now()), http_status = %(http_status)s,
+           response_excerpt = %(excerpt)s, started_at = COALESCE(started_at, %(started_at)s), error = NULL,
+           duration_ms = %(duration_ms)s
+     WHERE id = %(run_id)s AND status = 'running' AND callback_hash = %(hash)s
+    RETURNING id, deadline_at, heartbeat_seconds, COALESCE(heartbeat_at, COALESCE(%(now)s::timestamptz, now())) AS beat
+)
+UPDATE scheduler.run_leases l
+   SET job = true,
+       expires_at = CASE WHEN r.heartbeat_seconds IS NULL THEN r.deadline_at
+                         ELSE LEAST(r.deadline_at, r.beat + make_interval(secs => r.heartbeat_seconds)) END
+  FROM r WHERE l.run_id = r.id
+RETURNING l.run_id;
+
+-- name: job_get
+-- A callback's run, by id: its token's hash and state, its task's policy and subscriptions, the database's now.
+-- `locked`: FOR UPDATE (the callback that writes); the token is checked first without the lock.
+SELECT r.id, r.task_id, r.scheduled_for, r.kind, r.status, r.attempt, r.callback_hash, r.deadline_at,
+       r.heartbeat_seconds, r.accepted_at, r.started_at, r.claimed_at, r.output, r.error, r.retry_at,
+       t.spec -> 'policy' AS policy, t.spec -> 'notify' AS notify, t.spec -> 'target' AS target,
+       COALESCE(%(now)s::timestamptz, now()) AS now
+  FROM scheduler.runs r LEFT JOIN scheduler.tasks t ON t.id = r.task_id
+ WHERE r.id = %(run_id)s;
+
+-- name: job_lock
+SELECT status, callback_hash FROM scheduler.runs WHERE id = %(run_id)s FOR UPDATE;
+
+-- name: job_heartbeat
+-- A heartbeat: its time and progress (the last given stays when it sends none), and the job's lease moved to its
+-- heartbeat timeout from now (never past its deadline).
+WITH r AS (
+    UPDATE scheduler.runs
+       SET heartbeat_at = COALESCE(%(now)s::timestamptz, now()), progress = COALESCE(%(progress)s::jsonb, progress)
+     WHERE id = %(run_id)s
+    RETURNING id, deadline_at, heartbeat_seconds
+)
+UPDATE scheduler.run_leases l
+   SET expires_at = LEAST(r.deadline_at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => r.heartbeat_seconds))
+  FROM r WHERE l.run_id = r.id AND l.job AND r.heartbeat_seconds IS NOT NULL;
+
+-- name: job_end
+-- A job's final status (succeeded, failed, timed_out), with its output and error; a timed-out attempt's deadline
+-- is now (its token answers 410 from then on). Its lease is released by leases_release_many beside it.
+UPDATE scheduler.runs
+   SET status = %(status)s, finished_at = COALESCE(%(now)s::timestamptz, now()), error = %(error)s,
+       output = %(output)s::jsonb, retry_at = NULL,
+       deadline_at = CASE WHEN %(status)s = 'timed_out' THEN LEAST(deadline_at, COALESCE(%(now)s::timestamptz, now()))
+                          ELSE deadline_at END,
+       duration_ms = LEAST(2147483647, 1000 * extract(epoch FROM COALESCE(%(now)s::timestamptz, now())
+                                                            - COALESCE(started_at, claimed_at)))::int
+ WHERE id = %(run_id)s;
+
+-- name: job_retry
+-- A job that failed or timed out with retries left: queued again (the same row: the same Idempotency-Key) for
+-- `wait` seconds from now; a claim starts its next attempt then, with a new token. Until then it holds no slot.
+UPDATE scheduler.runs
+   SET status = 'queued', retry_at = COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(wait)s),
+       error = %(error)s, output = %(output)s::jsonb, accepted_at = NULL,
+       deadline_at = CASE WHEN %(timed_out)s THEN LEAST(deadline_at, COALESCE(%(now)s::timestamptz, now()))
+                          ELSE deadline_at END
+ WHERE id = %(run_id)s;
+
+-- name: jobs_overdue
+-- Jobs past their deadline or heartbeat timeout (their lease expired, by the database's clock): any engine's
+-- upkeep ends them (run_leases_job_idx; SKIP LOCKED: engines scanning at once split them).
+SELECT r.id, r.task_id, r.scheduled_for, r.kind, r.status, r.attempt, r.deadline_at, r.heartbeat_seconds,
+       r.accepted_at, r.heartbeat_at, t.spec -> 'policy' AS policy, t.spec -> 'notify' AS notify,
+       COALESCE(%(now)s::timestamptz, now()) AS now
+  FROM scheduler.run_leases l
+  JOIN scheduler.runs r ON r.id = l.run_id
+  LEFT JOIN scheduler.tasks t ON t.id = r.task_id
+ WHERE l.job AND l.expires_at <= COALESCE(%(now)s::timestamptz, now()) AND r.status = 'running'
+ ORDER BY l.expires_at
+ FOR UPDATE OF r SKIP LOCKED
+ LIMIT %(limit)s;

@@ -48,6 +48,7 @@ class Claimed:
     # Whether its first request leaves on a token its claim took (an adopted run's claim is long past: its first
     # request takes a token of its own, as a retry does)
     first_token: bool = False
+    first_attempt: int = 1  # a job's retry (queued again by jobs.py) goes on from the attempts made
 
     @property
     def key(self) -> str:
@@ -204,7 +205,14 @@ class Claimer:
         inserted = await queries.inserted_rows(sent[0]) if plan.inserts else []
         report.runs.extend(self._claimed(plan, inserted, report))
         report.runs.extend(
-            Claimed(s.row["run_id"], s.row["task_id"], s.row["scheduled_for"], s.row["kind"], s.spec)
+            Claimed(
+                s.row["run_id"],
+                s.row["task_id"],
+                s.row["scheduled_for"],
+                s.row["kind"],
+                s.spec,
+                first_attempt=s.row["attempt"] + 1,
+            )
             for s in plan.begun
             if s.spec is not None
         )
@@ -286,6 +294,7 @@ class Claimer:
             if isinstance(found, Invalid):  # recorded lost when its lease expires, as a run cut off is
                 continue
             run = Claimed(row["run_id"], row["task_id"], row["scheduled_for"], row["kind"], found.spec)
+            run.first_attempt = row["attempt"] + 1
             run.deadline = leased_at + max(0.0, row["lease_left"] - self.lease_margin / 2)
             # Which of its limits have a rate is not known here: each request asks all of them for a token (one
             # without a rate always has one), the first too (its claim's token is long past).

@@ -21,3 +21,6 @@ class EngineConfig:
     sources: tuple[str, ...] = ()  # claim only these sources' tasks (`engine --source`); empty: every source
     listen_dsn: str | None = None  # LISTEN's own connection (a direct one, past a pooler); None: the engine's DSN
     max_clock_offset: float = 5.0  # warn when this machine's clock is further than this off the database's
+    # The address targets reach this fleet's engines at (`engine --public-url`): the base of a job's callback URL
+    # (docs/jobs.md). None: a callback task's run fails, saying so.
+    public_url: str | None = None

@@ -25,6 +25,7 @@ from reconciler.db.failover import RECONNECT_CAP_SECONDS
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.claim import Claimed, Claimer, Report
 from reconciler.engine.config import EngineConfig
+from reconciler.engine.jobs import Jobs
 from reconciler.engine.listener import Listener
 from reconciler.engine.outage import Outage
 from reconciler.engine.pacing import CLAIMS_AT_ONCE, Pacer
@@ -98,7 +99,8 @@ class Engine:
         self._more_due = True  # the last claim to end took all it asked for: more may be due
         self.observers: list[Observer] = []
         # heartbeat, retention, late scan; the heartbeat says whether LISTEN is up (for `status` and /engines)
-        self.upkeep = Upkeep(store, config, lambda: self.clock, lambda: self.listener.connected)
+        self.jobs = Jobs(store, EnvPolicy(config.allow_env))  # callbacks (web/callbacks.py) and overdue jobs
+        self.upkeep = Upkeep(store, config, lambda: self.clock, lambda: self.listener.connected, self.jobs)
         self.outage = Outage()  # the database's state, logged once per change
         self.listener = Listener(store, config.listen_dsn)  # NOTIFYs wake the claim loop (see listener.py)
         self.firing: set[int] = set()  # the run ids the workers are firing (those resting between attempts too)
@@ -126,6 +128,7 @@ class Engine:
             results=self.results,
             clock=self.clock,
             observers=self.observers,
+            public_url=self.config.public_url,
         )
 
     async def run_once(self, now: datetime) -> Report:

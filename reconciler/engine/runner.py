@@ -13,6 +13,7 @@ from reconciler.clock import Clock, utc_iso, utc_text
 from reconciler.db import queries
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
+from reconciler.engine.jobs import NO_PUBLIC_URL, JobAttempts
 from reconciler.engine.limits import retry_token
 from reconciler.engine.results import Results, attempt_params
 from reconciler.notify.events import Ended, ended_of
@@ -30,9 +31,17 @@ class Observer(Protocol):
 
 
 async def execute(
-    claimed: Claimed, *, store: Store, firer: Firer, results: Results, clock: Clock, observers: Sequence[Observer]
+    claimed: Claimed,
+    *,
+    store: Store,
+    firer: Firer,
+    results: Results,
+    clock: Clock,
+    observers: Sequence[Observer],
+    public_url: str | None = None,
 ) -> Outcome:
-    """Fire one claimed run and queue its result; whatever goes wrong is this run's `failed` result."""
+    """Fire one claimed run and queue its result; whatever goes wrong is this run's `failed` result. A job
+    (completion = "callback") its target accepted has no result yet: it reports its own (see jobs.py)."""
 
     async def on_attempt(attempt: Attempt) -> None:
         with contextlib.suppress(Exception):  # progress only; the final result is written anyway
@@ -45,20 +54,35 @@ async def execute(
 
     # Progress is written between attempts: a run of one attempt has none to write.
     progress = on_attempt if claimed.spec.policy.retries else None
+    target, job = claimed.spec.target, None
+    if target.callback and public_url is not None:
+        assert target.deadline_seconds is not None
+        job = JobAttempts(store, claimed.run_id, public_url, target.deadline_seconds, target.heartbeat_seconds)
     try:
-        outcome = await firer.fire(
-            claimed.task_id,
-            claimed.spec,
-            claimed.scheduled_for,
-            progress,
-            claimed.deadline,
-            claimed.key,
-            token if claimed.rated else None,
-            claimed.first_token,
-        )
+        if target.callback and job is None:
+            outcome = Outcome("failed", [Attempt(claimed.first_attempt, error=NO_PUBLIC_URL)])
+        else:
+            outcome = await firer.fire(
+                claimed.task_id,
+                claimed.spec,
+                claimed.scheduled_for,
+                progress,
+                claimed.deadline,
+                claimed.key,
+                token if claimed.rated else None,
+                claimed.first_token,
+                claimed.first_attempt,
+                job.prepare if job is not None else None,
+            )
     except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
         log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__, exc_info=True)
         outcome = Outcome("failed", [Attempt(1, error=f"engine error while firing: {type(exc).__name__}")])
+    if outcome.status == "accepted" and job is not None:
+        await job.accepted(outcome.last, claimed.deadline)
+        log_outcome(claimed, outcome, "accepted; the job reports its outcome")
+        for observer in observers:
+            observer.finished(claimed, outcome)
+        return outcome
     result = {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status}
     result["finished_at"] = clock.now()
     if claimed.spec.notify is not None and (found := ended_of(claimed.spec, None)):
@@ -69,15 +93,23 @@ async def execute(
         }
         result["ended"] = Ended(claimed.task_id, claimed.run_id, claimed.scheduled_for, outcome.status, *found, detail)
     results.add(result)
+    log_outcome(claimed, outcome, outcome.status)
+    for observer in observers:
+        observer.finished(claimed, outcome)
+    return outcome
+
+
+def log_outcome(claimed: Claimed, outcome: Outcome, what: str) -> None:
+    """The run's line: INFO when it succeeded (or its job was accepted), else WARNING."""
     last = outcome.last
     log.log(
-        logging.INFO if outcome.status == "succeeded" else logging.WARNING,
+        logging.WARNING if outcome.status == "failed" else logging.INFO,
         "run %s (%s %s, run %d) %s: %s, attempt %d, %d ms",
         claimed.task_id,
         claimed.kind,
         utc_text(claimed.scheduled_for),
         claimed.run_id,
-        outcome.status,
+        what,
         last.error or f"HTTP {last.http_status}",
         last.attempt,
         last.duration_ms or 0,
@@ -95,6 +127,3 @@ async def execute(
             }
         },
     )
-    for observer in observers:
-        observer.finished(claimed, outcome)
-    return outcome

@@ -19,11 +19,16 @@ from reconciler.db import queries
 from reconciler.db.rows import Conn
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.config import EngineConfig
+from reconciler.engine.jobs import Jobs
 from reconciler.engine.leader import leader_only
 from reconciler.errors import one_line
 from reconciler.notify.events import late_scan
 
 log = logging.getLogger("reconciler.engine")
+
+# How often every engine looks for jobs past their deadline or heartbeat timeout (an index read of the few job
+# leases that expired): a job times out within this of its deadline, whichever engine started it.
+JOBS_SCAN_SECONDS = 1.0
 
 
 class Upkeep:
@@ -36,11 +41,13 @@ class Upkeep:
         config: EngineConfig,
         clock: Callable[[], Clock],
         listening: Callable[[], bool | None] = lambda: None,
+        jobs: Jobs | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self._clock = clock
         self.listening = listening
+        self.jobs = jobs or Jobs(store)
         self.clock_off = False  # the last heartbeat found this machine's clock past max_clock_offset
 
     @property
@@ -71,6 +78,11 @@ class Upkeep:
                         3 * self.config.heartbeat_seconds,
                     ),
                     "late scan",
+                )
+            ),
+            asyncio.create_task(
+                self.every(
+                    stop, JOBS_SCAN_SECONDS, lambda: self.jobs.end_overdue(statement_now(self.clock)), "ending jobs"
                 )
             ),
         ]

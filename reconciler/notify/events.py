@@ -75,7 +75,7 @@ def transitions(
             state.failure_sent_at is None or (now - state.failure_sent_at).total_seconds() >= run.repeat_every
         )
         if not state.failing or repeat:
-            events.append(_event("failure" if run.status == "failed" else "lost", run, now))
+            events.append(_event("lost" if run.status == "lost" else "failure", run, now))
             after[run.task_id] = State(True, now)
         else:
             after[run.task_id] = State(True, state.failure_sent_at)

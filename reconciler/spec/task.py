@@ -9,9 +9,9 @@ from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from reconciler.spec.backoff import backoff_total
+from reconciler.spec.completion import TaskTarget
 from reconciler.spec.limit import LimitNames
 from reconciler.spec.model import Model
-from reconciler.spec.target import Target
 from reconciler.spec.trigger import Trigger
 from reconciler.spec.values import (
     DAY,
@@ -111,7 +111,7 @@ class TaskSpec(Model):
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
     moved_from: str | None = Field(default=None, max_length=MAX_TEXT)
     trigger: Trigger
-    target: Target
+    target: TaskTarget
     policy: Policy = Field(default_factory=Policy)
     notify: Notify | None = None  # absent from the stored spec when not given (older specs keep their hash)
     # The calendars the task names, as applied ({name: stored calendar}): bound by the reconciler (from

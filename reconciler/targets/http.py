@@ -29,12 +29,11 @@ from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.target import HEADER_VALUE, BasicAuth, BearerAuth, OAuth2ClientCredentials, Target
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import EnvRef
+from reconciler.targets.oauth import TokenCache, TokenError
 from reconciler.targets.secrets import EnvProblem, RunSecrets
 
 EXCERPT_BYTES = 1024
-TOKEN_REFRESH_MARGIN = 30.0
 MAX_RETRY_AFTER = 3600.0
-TOKEN_BYTES = 64 * 1024  # a token response larger than this is not a token response
 
 
 @dataclass
@@ -59,7 +58,7 @@ class Attempt:
 class Outcome:
     """The final result of a run (all attempts)."""
 
-    status: str  # succeeded | failed
+    status: str  # succeeded | failed | accepted (a job's: its target took it, its outcome comes later)
     attempts: list[Attempt] = field(default_factory=list)
 
     @property
@@ -69,76 +68,6 @@ class Outcome:
 
 class RequestProblem(Exception):
     """The request cannot be built (a header value, a variable the task may not read); not retried."""
-
-
-@dataclass
-class _Token:
-    value: str
-    expires_at: float
-
-
-class TokenError(Exception):
-    """The OAuth2 token could not be obtained."""
-
-
-class TokenCache:
-    """OAuth2 client-credentials tokens, one per (token_url, client, scope, audience), shared by all runs."""
-
-    def __init__(self, firer: Firer) -> None:
-        self.firer = firer
-        self.tokens: dict[tuple[str, ...], _Token] = {}
-        self.locks: dict[tuple[str, ...], asyncio.Lock] = {}
-        self.requests = 0
-
-    @staticmethod
-    def _key(auth: OAuth2ClientCredentials, client_id: str) -> tuple[str, ...]:
-        return (auth.token_url, client_id, auth.scope or "", auth.audience or "")
-
-    async def get(self, auth: OAuth2ClientCredentials, secrets: RunSecrets, *, force: bool = False) -> str:
-        client_id = secrets.resolve(auth.client_id, "target.auth.client_id")
-        key = self._key(auth, client_id)
-        lock = self.locks.setdefault(key, asyncio.Lock())
-        stale = self.tokens.get(key)
-        async with lock:
-            token = self.tokens.get(key)
-            # `force` refreshes only if nobody refreshed it while we waited for the lock.
-            fresh = token and time.monotonic() < token.expires_at - TOKEN_REFRESH_MARGIN
-            if not (token and fresh and not (force and token is stale)):
-                token = await self._request(auth, client_id, secrets)
-                self.tokens[key] = token
-        secrets.remember(token.value)
-        return token.value
-
-    async def _request(self, auth: OAuth2ClientCredentials, client_id: str, secrets: RunSecrets) -> _Token:
-        secret = secrets.resolve(auth.client_secret, "target.auth.client_secret")
-        form = {"grant_type": "client_credentials"}
-        if auth.scope:
-            form["scope"] = auth.scope
-        if auth.audience:
-            form["audience"] = auth.audience
-        self.requests += 1
-        session = self.firer.session()
-        try:
-            headers = {"Authorization": aiohttp.encode_basic_auth(client_id, secret)}
-            secrets.remember_basic(secret, headers["Authorization"])
-            async with session.post(auth.token_url, data=form, headers=headers) as response:
-                if response.status != 200:
-                    raise TokenError(f"token endpoint {auth.token_url} answered {response.status}")
-                body = await response.content.read(TOKEN_BYTES)
-        except aiohttp.ClientError as exc:
-            raise TokenError(f"token request to {auth.token_url} failed: {type(exc).__name__}") from None
-        try:
-            parsed = json.loads(body)
-            value = str(parsed["access_token"])
-            lifetime = float(parsed.get("expires_in", 3600))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise TokenError(f"token endpoint {auth.token_url} returned no access_token") from None
-        if not HEADER_VALUE.fullmatch(value) or not value:
-            raise TokenError(
-                f"token endpoint {auth.token_url} returned an access_token that cannot be sent in a header"
-            )
-        lifetime = lifetime if 0 < lifetime < 10 * 365 * 86400 else 3600.0  # NaN, negative, absurd: an hour
-        return _Token(value, time.monotonic() + lifetime)
 
 
 def idempotency_key(task_id: str, scheduled_for: datetime, manual_run: int | None = None) -> str:
@@ -188,6 +117,16 @@ def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) 
 
 
 OnAttempt = Callable[[Attempt], Awaitable[None]]
+# A job's attempt (completion = "callback"), before its request leaves: the headers it adds (its callback URL)
+# and the secrets among them (its token), scrubbed like the task's own from what the target answers.
+Prepared = tuple[dict[str, str], tuple[str, ...]]
+Prepare = Callable[[int], Awaitable[Prepared]]
+
+
+class NotPrepared(Exception):
+    """A job's attempt could not be made ready (its token not recorded): not sent, retried by the policy."""
+
+
 MIN_TOKEN_WAIT = 0.05  # a request waiting for a token asks again no sooner (the limit's lock is the claims' too)
 TOKEN_RETRY_SECONDS = 1.0  # …and after this long when asking failed (the database away)
 Token = Callable[[], Awaitable[float]]  # a retry's token of its rate limits: 0 when taken, else the seconds to wait
@@ -199,6 +138,8 @@ def _classify(exc: BaseException, timeout: float) -> tuple[str, bool]:
         return f"timeout after {timeout:g} s (timeout_seconds: connect, send, headers and body)", False
     if isinstance(exc, RequestProblem | EnvProblem | TokenError):
         return str(exc), False
+    if isinstance(exc, NotPrepared):
+        return str(exc), True
     if isinstance(exc, aiohttp.ClientConnectorError):
         # Refused, DNS, TLS handshake: the request surely did not leave.
         return f"connect error: {type(exc).__name__}", True
@@ -295,11 +236,19 @@ class Firer:
         return RunSecrets(self.env, self.policy)
 
     async def _headers(
-        self, target: Target, task_id: str, scheduled_for: datetime, key: str, attempt: int, secrets: RunSecrets
+        self,
+        target: Target,
+        task_id: str,
+        scheduled_for: datetime,
+        key: str,
+        attempt: int,
+        secrets: RunSecrets,
+        extra: Mapping[str, str],
     ) -> dict[str, str]:
         headers = {
             name: header_value(name, value, secrets, f"target.headers.{name}") for name, value in target.headers.items()
         }
+        headers.update(extra)
         headers["X-Reconciler-Task"] = task_id
         headers["X-Reconciler-Scheduled-For"] = utc_iso(scheduled_for)
         headers["X-Reconciler-Attempt"] = str(attempt)
@@ -341,13 +290,24 @@ class Firer:
         return kwargs
 
     async def _exchange(
-        self, target: Target, task_id: str, scheduled_for: datetime, key: str, attempt: Attempt, secrets: RunSecrets
+        self,
+        target: Target,
+        task_id: str,
+        scheduled_for: datetime,
+        key: str,
+        attempt: Attempt,
+        secrets: RunSecrets,
+        prepare: Prepare | None,
     ) -> None:
         """Build, send and read one attempt (the caller bounds it with the deadline)."""
         url, kwargs = self._url(target, secrets), self._request_args(target)
         session = self.session()
+        extra: dict[str, str] = {}
+        if prepare is not None:
+            extra, hidden = await prepare(attempt.attempt)
+            secrets.remember(*hidden, *extra.values())
         for refresh in (False, True):
-            headers = await self._headers(target, task_id, scheduled_for, key, attempt.attempt, secrets)
+            headers = await self._headers(target, task_id, scheduled_for, key, attempt.attempt, secrets, extra)
             attempt.sent_at = DATABASE.timestamp()
             async with session.request(target.method, url, headers=headers, **kwargs) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
@@ -369,7 +329,14 @@ class Firer:
                 return
 
     async def send(
-        self, target: Target, task_id: str, scheduled_for: datetime, key: str, number: int, budget: float
+        self,
+        target: Target,
+        task_id: str,
+        scheduled_for: datetime,
+        key: str,
+        number: int,
+        budget: float,
+        prepare: Prepare | None = None,
     ) -> Attempt:
         """One attempt of `target`'s request, within its timeout and `budget` seconds; never raises."""
         attempt = Attempt(number)
@@ -378,7 +345,7 @@ class Firer:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):
-                await self._exchange(target, task_id, scheduled_for, key, attempt, secrets)
+                await self._exchange(target, task_id, scheduled_for, key, attempt, secrets, prepare)
         except Exception as exc:  # every failure of one attempt is that attempt's result
             reason, attempt.transient = _classify(exc, timeout)
             if timeout < target.timeout_seconds and isinstance(exc, TimeoutError):
@@ -399,6 +366,8 @@ class Firer:
         key: str | None = None,
         token: Token | None = None,
         first_token: bool = False,
+        first: int = 1,
+        prepare: Prepare | None = None,
     ) -> Outcome:
         """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
 
@@ -408,20 +377,22 @@ class Firer:
         `token`: the run counts against a rate limit (no jitter then: the limit spreads the requests). Every retry
         takes a token of its own just before it leaves (`token()`: 0 when taken, else the seconds until one may be),
         and so does the first request unless its claim took one for it (`first_token`).
+        `first`: the number of the first attempt (a job's retry goes on from the attempts made); `prepare`: a job's
+        (completion = "callback"), called before each attempt's request: a 2xx then means `accepted`, not done.
         """
         key = key or idempotency_key(task_id, scheduled_for)
-        delay = jitter_seconds(key, spec.policy.jitter_seconds) if token is None else 0
+        delay = jitter_seconds(key, spec.policy.jitter_seconds) if token is None and first == 1 else 0
         if delay:
             await self._rest(delay)
         outcome = Outcome("failed")
-        for number in range(1, spec.policy.retries + 2):
-            ask = token if number > 1 or not first_token else None
-            attempt = await self._attempt(spec.target, task_id, scheduled_for, key, number, deadline, ask)
+        for number in range(first, max(first, spec.policy.retries + 1) + 1):  # one at least
+            ask = token if number > first or not first_token else None
+            attempt = await self._attempt(spec.target, task_id, scheduled_for, key, number, deadline, ask, prepare)
             outcome.attempts.append(attempt)
             if on_attempt is not None:
                 await on_attempt(attempt)
             if attempt.ok:
-                outcome.status = "succeeded"
+                outcome.status = "accepted" if prepare is not None else "succeeded"
                 break
             if not attempt.transient or number > spec.policy.retries:
                 break
@@ -441,6 +412,7 @@ class Firer:
         number: int,
         deadline: float | None,
         token: Token | None,
+        prepare: Prepare | None = None,
     ) -> Attempt:
         """One attempt in a slot. With `token` it leaves only once a token of its rate limits is taken, in the slot,
         just before it is sent; while there is none the slot is given back for the wait."""
@@ -451,7 +423,7 @@ class Firer:
                 wait = await self._ask(token) if token is not None and budget > 0 else 0.0
                 if wait <= 0:
                     if budget > 0:
-                        attempt = await self.send(target, task_id, scheduled_for, key, number, budget)
+                        attempt = await self.send(target, task_id, scheduled_for, key, number, budget, prepare)
                     else:
                         attempt = Attempt(
                             number, error="not sent: the run's lease ended while it waited for a free slot"

@@ -1,7 +1,8 @@
 """One aiohttp application for everything reconciler serves over HTTP: /metrics, /healthz and /readyz
 (an engine's) and the read-only dashboard, with the rules every response follows.
 
-Rules, in one middleware: GET and HEAD only (405 otherwise, with `Allow`); the security headers on
+Rules, in one middleware: GET and HEAD only (405 otherwise, with `Allow`), but for a job's callbacks (POST, their
+own token their authorization: web/callbacks.py); the security headers on
 every response (a strict Content-Security-Policy: the pages load nothing but their own stylesheet
 and script, and may not be framed); with a token, the dashboard's routes want it as a bearer token
 (the scheme in any case, as RFC 9110 says; the token compared in constant time), while /metrics and the
@@ -34,6 +35,8 @@ SECURITY_HEADERS = {
 }
 OPEN_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})  # never behind the dashboard's token
 ALLOWED_METHODS = ("GET", "HEAD")
+HEARTBEAT_ROUTE, COMPLETE_ROUTE = "job-heartbeat", "job-complete"  # web/callbacks.py's routes, by name
+POST_ROUTES = frozenset({HEARTBEAT_ROUTE, COMPLETE_ROUTE})
 
 
 def guard(token: str | None) -> Middleware:
@@ -42,8 +45,10 @@ def guard(token: str | None) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method not in ALLOWED_METHODS:
-            response: web.StreamResponse = web.Response(
+        if getattr(request.match_info.route, "name", None) in POST_ROUTES and request.method == "POST":
+            response: web.StreamResponse = await handler(request)
+        elif request.method not in ALLOWED_METHODS:
+            response = web.Response(
                 status=405, text="405: read-only; only GET and HEAD\n", headers={"Allow": ", ".join(ALLOWED_METHODS)}
             )
         elif expected is not None and request.path not in OPEN_PATHS and not _bearer_ok(request, expected):

@@ -34,6 +34,7 @@ from reconciler.db.queries import EngineSeenRow, HealthRow
 from reconciler.db.store import Store
 from reconciler.engine.leader import Lease
 from reconciler.web.app import Pages, Served, make_app, serve
+from reconciler.web.callbacks import Callbacks
 
 log = logging.getLogger("reconciler.metrics")
 REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
@@ -434,6 +435,7 @@ async def serve_metrics(
     app.router.add_get("/metrics", scrape)
     app.router.add_get("/healthz", health)
     app.router.add_get("/readyz", health)
+    Callbacks(engine.jobs).add_routes(app)  # before the dashboard's catch-all
     if dashboard is not None:
         dashboard.add_routes(app)
     served = await serve(app, addr)

@@ -1,0 +1,134 @@
+"""The jobs' queries, typed (docs/jobs.md): a callback attempt's token and acceptance, a callback's run, its
+heartbeat and end, and the upkeep's scan of jobs past their deadline (one function or statement builder per
+named statement of queries.sql)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, TypedDict, cast
+
+from reconciler.db.rows import Conn
+from reconciler.db.statements import Statement, pipelined, send
+
+
+class JobRow(TypedDict):
+    """A job's run as a callback or the overdue scan reads it."""
+
+    id: int
+    task_id: str
+    scheduled_for: datetime
+    kind: str
+    status: str
+    attempt: int
+    deadline_at: datetime | None
+    heartbeat_seconds: float | None
+    accepted_at: datetime | None
+    policy: Any  # the task's stored `policy` JSON (None: the task was deleted)
+    notify: Any  # the task's stored `notify` JSON
+    now: datetime
+
+
+class CallbackRow(JobRow):
+    callback_hash: str | None
+    started_at: datetime | None
+    claimed_at: datetime
+    output: Any
+    error: str | None
+    retry_at: datetime | None
+    target: Any  # the task's stored `target` JSON: the variables whose values are scrubbed from what is stored
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+async def job_attempt(
+    conn: Conn, *, run_id: int, attempt: int, token_hash: str, deadline: float, heartbeat: float | None
+) -> bool:
+    """Record an attempt's token, deadline and heartbeat timeout before its request leaves; False when the
+    run is not running any more (it must not be sent)."""
+    params = {
+        "run_id": run_id,
+        "attempt": attempt,
+        "hash": token_hash,
+        "deadline": deadline,
+        "heartbeat": heartbeat,
+        "now": None,
+    }
+    [rows] = await pipelined(conn, [Statement("job_attempt", params)])
+    return bool(rows)
+
+
+async def job_accepted(
+    conn: Conn,
+    *,
+    run_id: int,
+    token_hash: str,
+    http_status: int | None,
+    excerpt: str | None,
+    started_at: datetime | None,
+    duration_ms: int,
+) -> bool:
+    """The target accepted the job: the run's lease becomes the job's. False when it had completed already."""
+    params = {
+        "run_id": run_id,
+        "hash": token_hash,
+        "http_status": http_status,
+        "excerpt": excerpt,
+        "started_at": started_at,
+        "duration_ms": duration_ms,
+        "now": None,
+    }
+    [rows] = await pipelined(conn, [Statement("job_accepted", params)])
+    return bool(rows)
+
+
+async def job_get(conn: Conn, *, run_id: int, now: datetime | None = None) -> CallbackRow | None:
+    [rows] = await pipelined(conn, [Statement("job_get", {"run_id": run_id, "now": now})])
+    return cast(CallbackRow, rows[0]) if rows else None
+
+
+async def job_lock(conn: Conn, *, run_id: int) -> tuple[str, str | None] | None:
+    """Lock a job's run row (the callback's transaction); its status and token hash, None when gone."""
+    [rows] = await pipelined(conn, [Statement("job_lock", {"run_id": run_id})])
+    return (rows[0]["status"], rows[0]["callback_hash"]) if rows else None
+
+
+def job_heartbeat(*, run_id: int, progress: Any, now: datetime | None = None) -> Statement:
+    return Statement("job_heartbeat", {"run_id": run_id, "progress": _json(progress), "now": now})
+
+
+def job_end(
+    *, run_id: int, status: str, error: str | None, output: Any, now: datetime | None = None
+) -> list[Statement]:
+    """A job's final status, its lease released and the engines woken for the slot it frees."""
+    ids = {"run_ids": [run_id]}
+    return [
+        Statement("job_end", {"run_id": run_id, "status": status, "error": error, "output": _json(output), "now": now}),
+        Statement("leases_release_many", ids),
+        Statement("runs_finish_notify", ids),
+    ]
+
+
+def job_retry(
+    *, run_id: int, wait: float, error: str | None, output: Any, timed_out: bool, now: datetime | None = None
+) -> list[Statement]:
+    """A job queued again for its next attempt in `wait` seconds; its lease released meanwhile."""
+    ids = {"run_ids": [run_id]}
+    params = {"run_id": run_id, "wait": wait, "error": error, "output": _json(output), "timed_out": timed_out}
+    return [
+        Statement("job_retry", {**params, "now": now}),
+        Statement("leases_release_many", ids),
+        Statement("runs_finish_notify", ids),
+    ]
+
+
+async def jobs_overdue(conn: Conn, *, limit: int, now: datetime | None = None) -> list[JobRow]:
+    [rows] = await pipelined(conn, [Statement("jobs_overdue", {"limit": limit, "now": now})])
+    return cast(list[JobRow], rows)
+
+
+async def write(conn: Conn, statements: list[Statement]) -> None:
+    """Statements of a pipelined transaction, sent with its COMMIT."""
+    await send(conn, statements)
