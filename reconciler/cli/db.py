@@ -177,6 +177,11 @@ async def follow_run(store: Store, run_id: int) -> int:
     print(safe(f"run {run_id}: {run['status']} ({detail}, attempt {run['attempt']}, {run['duration_ms'] or 0} ms)"))
     if run["response_excerpt"]:
         print(safe(f"response: {mask_text(run['response_excerpt'])}"))
+    from reconciler.output.jobs import job_lines
+    from reconciler.output.masking import masked_job
+
+    for line in job_lines(masked_job(run)):
+        print(safe(line))
     return EXIT_OK if run["status"] == "succeeded" else EXIT_ERROR
 
 

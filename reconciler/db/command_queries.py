@@ -54,6 +54,14 @@ class RunRow(TypedDict):
     duration_ms: int | None
     response_excerpt: str | None
     backfill_id: int | None  # kind = 'backfill': the backfill it belongs to
+    # a job's (completion = "callback", docs/jobs.md): when its target accepted it, its last heartbeat, its
+    # deadline, when it is retried (queued again), what it reported
+    accepted_at: datetime | None
+    heartbeat_at: datetime | None
+    deadline_at: datetime | None
+    retry_at: datetime | None
+    progress: Any
+    output: Any
 
 
 class StatusRow(TaskColumns):

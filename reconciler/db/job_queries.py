@@ -5,6 +5,7 @@ named statement of queries.sql)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
@@ -127,6 +128,17 @@ def job_retry(
 async def jobs_overdue(conn: Conn, *, limit: int, now: datetime | None = None) -> list[JobRow]:
     [rows] = await pipelined(conn, [Statement("jobs_overdue", {"limit": limit, "now": now})])
     return cast(list[JobRow], rows)
+
+
+class JobsHealthRow(TypedDict):
+    running: int
+    oldest_seconds: float
+    stalest_heartbeat_seconds: float
+
+
+async def jobs_health(conn: Conn, *, now: datetime | None, sources: Sequence[str]) -> JobsHealthRow:
+    [rows] = await pipelined(conn, [Statement("jobs_health", {"now": now, "sources": list(sources)})])
+    return cast(JobsHealthRow, rows[0])
 
 
 async def write(conn: Conn, statements: list[Statement]) -> None:

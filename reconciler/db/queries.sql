@@ -410,7 +410,8 @@ RETURNING id, task_id;
 
 -- name: run_get
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-       http_status, error, duration_ms, response_excerpt, backfill_id
+       http_status, error, duration_ms, response_excerpt, backfill_id,
+       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
   FROM scheduler.runs WHERE id = %(run_id)s;
 
 -- name: lock_tasks
@@ -656,13 +657,15 @@ RETURNING id;
 -- gives, as in status_rows): the branch whose task_id does not apply is planned away.
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id
+            http_status, error, duration_ms, response_excerpt, backfill_id,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id
+            http_status, error, duration_ms, response_excerpt, backfill_id,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY task_id DESC, id DESC LIMIT %(limit)s)) AS listed
@@ -1192,7 +1195,8 @@ SELECT id, source, {{run_spec(t)}} AS spec_text, timezone FROM scheduler.tasks t
 -- As runs_list: every task's through runs_pkey, one task's through its (task_id, id) index.
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id
+            http_status, error, duration_ms, response_excerpt, backfill_id,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
@@ -1201,7 +1205,8 @@ SELECT * FROM (
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id
+            http_status, error, duration_ms, response_excerpt, backfill_id,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
@@ -1306,3 +1311,17 @@ SELECT r.id, r.task_id, r.scheduled_for, r.kind, r.status, r.attempt, r.deadline
  ORDER BY l.expires_at
  FOR UPDATE OF r SKIP LOCKED
  LIMIT %(limit)s;
+
+-- name: jobs_health
+-- The metrics' jobs of the engine's sources whose targets accepted them (their leases are the jobs'): how many,
+-- the oldest one's age and the longest any has gone without a heartbeat (since it was accepted when it sent none).
+SELECT count(*) AS running,
+       COALESCE(max(extract(epoch FROM COALESCE(%(now)s::timestamptz, now()) - r.accepted_at)), 0)::float8
+           AS oldest_seconds,
+       COALESCE(max(extract(epoch FROM COALESCE(%(now)s::timestamptz, now())
+                                       - COALESCE(r.heartbeat_at, r.accepted_at))), 0)::float8
+           AS stalest_heartbeat_seconds
+  FROM scheduler.run_leases l
+  JOIN scheduler.runs r ON r.id = l.run_id
+  JOIN scheduler.tasks t ON t.id = r.task_id
+ WHERE l.job AND {{of_sources(t.source)}};

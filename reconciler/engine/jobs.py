@@ -138,10 +138,10 @@ class Jobs:
         self.store = store
         self.policy = policy or EnvPolicy()
         self.env: Mapping[str, str] = env if env is not None else os.environ
-        # Told of each callback answered (route, HTTP status) and each job this engine ended (status, seconds
-        # since its target accepted it): the metrics.
+        # Told of each callback answered (route, HTTP status) and each job this engine ended (task id, status,
+        # seconds since its target accepted it): the metrics.
         self.on_callback: list[Callable[[str, int], None]] = []
-        self.on_ended: list[Callable[[str, float], None]] = []
+        self.on_ended: list[Callable[[str, str, float], None]] = []
 
     def _count(self, route: str, answer: Answer) -> None:
         for observer in self.on_callback:
@@ -239,7 +239,7 @@ class Jobs:
             await record_ended(conn, [ended], row["now"])
         seconds = max(0.0, (row["now"] - (row["accepted_at"] or row["now"])).total_seconds())
         for observer in self.on_ended:
-            observer(status, seconds)
+            observer(row["task_id"], status, seconds)
         return status
 
     async def end_overdue(self, now: datetime | None = None, limit: int = OVERDUE_BATCH) -> int:

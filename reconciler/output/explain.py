@@ -9,6 +9,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_text, when_text
+from reconciler.output.jobs import job_lines
+from reconciler.output.masking import masked_job
 from reconciler.schedule.base import Fire, Schedule
 from reconciler.schedule.describe import describe_trigger, fire_line
 from reconciler.schedule.excluded import blackout_now, excluded_between
@@ -259,6 +261,7 @@ def _under(run: Mapping[str, Any] | None) -> list[str]:
         return []
     excerpt = run.get("response_excerpt")
     lines = [f"      response: {excerpt}"] if excerpt else []
+    lines += [f"      {line}" for line in job_lines(masked_job(run))]
     return lines + [f"      {notified_line(note)}" for note in run.get("notifications", [])]
 
 

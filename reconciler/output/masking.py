@@ -9,6 +9,7 @@ name (models.is_credential_name), or when it is the password of a URL or DSN.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -78,3 +79,9 @@ def mask_spec(spec: dict[str, Any]) -> dict[str, Any]:
 def mask_path(path: str, value: Any) -> Any:
     """A value at a dotted path of a flattened spec (a plan's field diff)."""
     return mask_value(path.rpartition(".")[2], value)
+
+
+def masked_job(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A run with what its job reported (progress, output; docs/jobs.md) masked: credential-named keys, secret-looking
+    text."""
+    return {**row, **{key: mask_value(key, row[key]) for key in ("progress", "output") if row.get(key) is not None}}

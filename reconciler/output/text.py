@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 from reconciler.clock import utc_iso, utc_text, when_text
 from reconciler.files.tasks import Task
+from reconciler.output.jobs import job_lines
 from reconciler.reconcile.revision import short
 from reconciler.schedule.base import Fire
 from reconciler.schedule.describe import describe_trigger, fire_line
@@ -292,6 +293,7 @@ def runs_text(
     out = [head]
     for r, line in zip(rows, body, strict=True):
         out.append(line)
+        out += [safe(f"    {detail}") for detail in job_lines(r)]
         if verbose:
             out += [safe(f"    {detail}") for detail in _run_details(r)]
         if under is not None:

@@ -21,7 +21,7 @@ from reconciler.db.rows import Conn, Row, TaskRow
 from reconciler.errors import UserError, one_line
 from reconciler.output import text as render
 from reconciler.output.explain import TaskState, explain, occurrences_around, span
-from reconciler.output.masking import mask_text
+from reconciler.output.masking import mask_text, masked_job
 from reconciler.reconcile.plan import is_drifted
 from reconciler.schedule.excluded import blackout_now
 from reconciler.schedule.triggers import compile_schedule
@@ -123,7 +123,8 @@ def json_runs(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def masked_runs(rows: Sequence[Mapping[str, Any]]) -> list[Row]:
-    return [masked(row, "error", "response_excerpt") for row in rows]
+    """Runs with their free text and what their jobs reported (progress, output) masked."""
+    return [masked_job(masked(row, "error", "response_excerpt")) for row in rows]
 
 
 @overload

@@ -270,7 +270,21 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
             if row.source == source and row.id not in consumed and row.id not in wanted:
                 changes.append(Change("delete", row.id, row=row, drift=is_drifted(row)))
     changes.sort(key=lambda c: c.id)
-    return Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune, planned_at=now)
+    plan = Plan(source, changes, conflicts, state_fingerprint(rows), files_fingerprint(desired), prune, planned_at=now)
+    plan.warnings += job_warnings(changes)
+    return plan
+
+
+def job_warnings(changes: list[Change]) -> list[str]:
+    """A warning when tasks that complete by callback are created or changed: every engine needs its public URL."""
+    jobs = [c.id for c in changes if c.writes and c.task is not None and c.task.spec.target.callback]
+    if not jobs:
+        return []
+    named = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+    return [
+        f'{named}: completion = "callback": every engine needs --public-url URL (or RECONCILER_PUBLIC_URL), the '
+        "address these jobs report to, and --metrics-addr; without it their runs fail (docs/jobs.md)"
+    ]
 
 
 def folded(fingerprint: str, lines: list[str]) -> str:

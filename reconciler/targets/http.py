@@ -212,7 +212,7 @@ class Firer:
         self.slots = asyncio.Semaphore(concurrency)
         self.env: Mapping[str, str] = env if env is not None else os.environ
         self.policy = policy or EnvPolicy()
-        self.tokens = TokenCache(self)
+        self.tokens = TokenCache(self.session)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self.resting = 0  # runs waiting out a jitter or backoff (they hold no slot)
         self.on_rest: Callable[[], None] | None = None  # told when a run starts a rest (Engine._fill)

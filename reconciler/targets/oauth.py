@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import aiohttp
 
 from reconciler.spec.target import HEADER_VALUE, OAuth2ClientCredentials
 from reconciler.targets.secrets import RunSecrets
-
-if TYPE_CHECKING:
-    from reconciler.targets.http import Firer
 
 TOKEN_REFRESH_MARGIN = 30.0
 TOKEN_BYTES = 64 * 1024  # a token response larger than this is not a token response
@@ -34,8 +31,8 @@ class TokenError(Exception):
 class TokenCache:
     """OAuth2 client-credentials tokens, one per (token_url, client, scope, audience), shared by all runs."""
 
-    def __init__(self, firer: Firer) -> None:
-        self.firer = firer
+    def __init__(self, session: Callable[[], aiohttp.ClientSession]) -> None:
+        self.session = session  # the engine's HTTP client (Firer.session)
         self.tokens: dict[tuple[str, ...], _Token] = {}
         self.locks: dict[tuple[str, ...], asyncio.Lock] = {}
         self.requests = 0
@@ -67,7 +64,7 @@ class TokenCache:
         if auth.audience:
             form["audience"] = auth.audience
         self.requests += 1
-        session = self.firer.session()
+        session = self.session()
         try:
             headers = {"Authorization": aiohttp.encode_basic_auth(client_id, secret)}
             secrets.remember_basic(secret, headers["Authorization"])

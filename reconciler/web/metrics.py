@@ -27,18 +27,17 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from reconciler import __version__
 from reconciler.clock import DATABASE
-from reconciler.db import limit_queries, queries
-from reconciler.db.limit_queries import LimitHealthRow
+from reconciler.db import queries
 from reconciler.db.probe import Probe
 from reconciler.db.queries import EngineSeenRow, HealthRow
 from reconciler.db.store import Store
 from reconciler.engine.leader import Lease
 from reconciler.web.app import Pages, Served, make_app, serve
 from reconciler.web.callbacks import Callbacks
+from reconciler.web.gauges import QUERY_SECONDS, LimitGauges, job_gauges, outbox_gauges
 
 log = logging.getLogger("reconciler.metrics")
 REFRESH_SECONDS = 5.0  # how often gauges read from the database are refreshed
-QUERY_SECONDS = 2.0  # at most this long per refresh: a database that hangs costs a stale value, never a scrape
 TASK_SERIES_LIMIT = 10_000  # tasks with per-task series: a bound on what one scrape carries
 PROBE_SECONDS = 0.9  # /healthz and /readyz answer within this (and a request's own handling)
 OTHER_TASKS = "_other"  # the task label of runs of tasks beyond TASK_SERIES_LIMIT
@@ -95,10 +94,25 @@ class EngineMetrics:
             ["notifier", "event", "outcome"],
             registry=registry,
         )
-        self.outbox = Outbox(lease)
+        self.outbox = outbox_gauges(lease)
         registry.register(self.outbox)
         self.limits = LimitGauges(lease)
         registry.register(self.limits)
+        self.jobs = job_gauges(lease)
+        registry.register(self.jobs)
+        self.job_seconds = Histogram(
+            "reconciler_job_duration_seconds",
+            "Jobs this engine ended (completed or timed out), from their target's acceptance to their end, by status",
+            ["status"],
+            buckets=(1, 10, 60, 300, 900, 1800, 3600, 7200, 21600, 43200, 86400, 259200, 604800),
+            registry=registry,
+        )
+        self.callbacks = Counter(
+            "reconciler_job_callbacks",
+            "Jobs' callbacks this engine answered, by route (heartbeat, complete) and HTTP status",
+            ["route", "code"],
+            registry=registry,
+        )
         Gauge(
             "reconciler_clock_offset_seconds",
             "The database's clock minus this machine's, as last measured at heartbeat (NaN: not yet); the "
@@ -117,10 +131,19 @@ class EngineMetrics:
 
     def finished(self, claimed: Claimed, outcome: Outcome) -> None:
         self.leases.dec()
-        self.runs.inc(claimed.task_id, outcome.status)
+        if outcome.status != "accepted":  # a job's final status comes with its callback (job_ended)
+            self.runs.inc(claimed.task_id, outcome.status)
         sent = outcome.attempts[0].sent_at if outcome.attempts else 0.0
         if sent:
             self.fire_lag.observe(max(0.0, sent - claimed.scheduled_for.timestamp()))
+
+    def job_ended(self, task_id: str, status: str, seconds: float) -> None:
+        """A job this engine ended (a completion it took, or a timeout its upkeep found)."""
+        self.runs.inc(task_id, status)
+        self.job_seconds.labels(status).observe(seconds)
+
+    def callback(self, route: str, code: int) -> None:
+        self.callbacks.labels(route, str(code)).inc()
 
     def notified(self, notifier: str, event: str, outcome: str) -> None:
         """One delivery attempt of a notification: `outcome` is delivered, retry or failed (gave up)."""
@@ -268,90 +291,6 @@ class Health:
 
 
 # (metric, column of the notifications_health query, help): the outbox as last read.
-OUTBOX_GAUGES = (
-    (
-        "reconciler_notifications_pending",
-        "pending",
-        "Notifications neither delivered nor given up: due, being sent or waiting for a retry",
-    ),
-    ("reconciler_notifications_failed", "failed", "Notifications created in the last 24 h that gave up"),
-    (
-        "reconciler_notification_oldest_pending_age_seconds",
-        "oldest_due_seconds",
-        "How long the longest-waiting due notification has been due: since it was written, or since its retry "
-        "time (one waiting for its retry or being sent is not due); 0: none due",
-    ),
-)
-
-
-class Outbox:
-    """The notification outbox's gauges (OUTBOX_GAUGES) for the engine's sources, from the last read of
-    the database (see refresh_gauges), so a scrape never waits for it; served only while `lease` is
-    held, as Health's. Series: three."""
-
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
-        self.values: dict[str, float] = {}
-
-    def collect(self) -> Iterator[Metric]:
-        if not self.lease.held:
-            return
-        for name, column, doc in OUTBOX_GAUGES:
-            yield GaugeMetricFamily(name, f"{doc} (NaN: not read yet)", value=self.values.get(column, math.nan))
-
-    async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
-        async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-            [row] = await queries.notifications_health(conn, now=now, sources=sources)
-        self.values = {
-            "pending": float(row["pending"]),
-            "failed": float(row["failed"]),
-            "oldest_due_seconds": float(row["oldest_due_seconds"]),
-        }
-
-
-class LimitGauges:
-    """Per limit (limits.d) of the engine's sources: runs in flight, tokens, tasks waiting, and the counters of
-    occurrences delayed and missed for it, from the last read of the database; served only while `lease` is
-    held, as Health's. Series: five per limit."""
-
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
-        self.rows: list[LimitHealthRow] = []
-
-    def collect(self) -> Iterator[Metric]:
-        if not self.lease.held:
-            return
-        labels = ["source", "limit"]
-        in_flight = GaugeMetricFamily(
-            "reconciler_limit_in_flight", "Runs in flight counted against the limit", labels=labels
-        )
-        tokens = GaugeMetricFamily(
-            "reconciler_limit_tokens", "Tokens in the limit's bucket (limits with rate_per_second)", labels=labels
-        )
-        waiting = GaugeMetricFamily(
-            "reconciler_limit_waiting", "Tasks whose due occurrence waits for the limit to have room", labels=labels
-        )
-        delayed = CounterMetricFamily(
-            "reconciler_limit_delayed", "Occurrences that had to wait for the limit", labels=labels
-        )
-        missed = CounterMetricFamily(
-            "reconciler_limit_missed", "Occurrences recorded missed after waiting for the limit", labels=labels
-        )
-        for row in self.rows:
-            key = [row["source"], row["name"]]
-            in_flight.add_metric(key, row["in_flight"])
-            if row["rate_per_second"] is not None:
-                tokens.add_metric(key, row["tokens"])
-            waiting.add_metric(key, row["waiting"])
-            delayed.add_metric(key, row["delayed_total"])
-            missed.add_metric(key, row["missed_total"])
-        yield from (in_flight, tokens, waiting, delayed, missed)
-
-    async def read(self, store: Store, now: datetime, sources: list[str]) -> None:
-        async with asyncio.timeout(QUERY_SECONDS), store.connection() as conn:
-            self.rows = await limit_queries.limits_health(conn, now=now, sources=sources)
-
-
 async def refresh_gauges(
     metrics: EngineMetrics, engine: Engine, store: Store, seconds: float = REFRESH_SECONDS
 ) -> None:
@@ -376,11 +315,13 @@ async def refresh_gauges(
             if leading:
                 await metrics.health.read(store, now, sources)
                 await metrics.limits.read(store, now, sources)
+                await metrics.jobs.read(store, now, sources)
                 await metrics.outbox.read(store, now, sources)  # last: a failed outbox read costs only its gauges
             else:  # a follower keeps nothing a later turn as leader could serve before its first read
                 metrics.health.clear()
                 metrics.outbox.values = {}
                 metrics.limits.rows = []
+                metrics.jobs.values = {}
         except Exception as exc:  # the database away: the values age, the scrape goes on
             log.debug("gauges not refreshed: %s", type(exc).__name__)
         await asyncio.sleep(seconds)
@@ -413,6 +354,8 @@ async def serve_metrics(
     metrics = EngineMetrics(registry, lease, task_limit)
     engine.observers.append(metrics)
     engine.deliverer.observers.append(metrics)
+    engine.jobs.on_callback.append(metrics.callback)
+    engine.jobs.on_ended.append(metrics.job_ended)
     Gauge(
         "reconciler_listen_connected",
         "1 while this engine's LISTEN connection is up (a NOTIFY wakes it at once); 0 while it polls instead",

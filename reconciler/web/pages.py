@@ -7,6 +7,7 @@ characters are shown as visible escapes, as the CLI does.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -27,6 +28,7 @@ STATUS_CLASSES = {
     "succeeded": "ok",
     "failed": "bad",
     "lost": "bad",
+    "timed_out": "bad",
     "missed": "warn",
     "skipped": "muted",
     "queued": "info",
@@ -36,6 +38,27 @@ STATUS_CLASSES = {
 
 def _utc(value: str | None) -> str:
     return utc_text(datetime.fromisoformat(value)) if value else "-"
+
+
+def _age(value: str | None, now: str | None) -> str:
+    """How long before `now` an instant was (both ISO text): `45 s`, `12 min`, `3 h 5 min`, `2 d 4 h`."""
+    if not value or not now:
+        return "-"
+    seconds = max(0, int((datetime.fromisoformat(now) - datetime.fromisoformat(value)).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours < 1:
+        return f"{minutes} min"
+    if days < 1:
+        return f"{hours} h {minutes % 60} min"
+    return f"{days} d {hours % 24} h"
+
+
+def _compact(value: Any) -> str:
+    """A job's progress or output as one line of JSON, at most 300 characters."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text[:300] + ("…" if len(text) > 300 else "")
 
 
 def _in_zone(value: str | None, zone: str) -> str:
@@ -62,6 +85,8 @@ def environment() -> jinja2.Environment:
     )
     env.filters["utc"] = _utc
     env.filters["in_zone"] = _in_zone
+    env.filters["age"] = _age
+    env.filters["compact"] = _compact
     env.filters["safe_text"] = lambda value: safe(str(value)) if value is not None else ""
     env.filters["status_class"] = lambda status: STATUS_CLASSES.get(status or "", "muted")
     env.globals["query"] = _query

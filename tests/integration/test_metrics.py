@@ -18,7 +18,8 @@ from reconciler.db.store import Store
 from reconciler.engine.config import EngineConfig
 from reconciler.engine.loop import Engine
 from reconciler.targets.http import Firer
-from reconciler.web.metrics import OUTBOX_GAUGES, EngineMetrics
+from reconciler.web.gauges import OUTBOX_GAUGES
+from reconciler.web.metrics import EngineMetrics
 from tests.builders import cron
 from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
