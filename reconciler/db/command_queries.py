@@ -38,7 +38,19 @@ class TaskGetRow(TaskColumns):
     limit_wait: str | None  # the limit its due occurrence waits for (None: none)
 
 
-class RunRow(TypedDict):
+class JobColumns(TypedDict):
+    """A job's columns of its run (completion = "callback", docs/jobs.md): when its target accepted it, its last
+    heartbeat, its deadline, when it is retried (queued again), what it reported."""
+
+    accepted_at: datetime | None
+    heartbeat_at: datetime | None
+    deadline_at: datetime | None
+    retry_at: datetime | None
+    progress: Any
+    output: Any
+
+
+class RunRow(JobColumns):
     id: int
     task_id: str
     scheduled_for: datetime
@@ -54,14 +66,6 @@ class RunRow(TypedDict):
     duration_ms: int | None
     response_excerpt: str | None
     backfill_id: int | None  # kind = 'backfill': the backfill it belongs to
-    # a job's (completion = "callback", docs/jobs.md): when its target accepted it, its last heartbeat, its
-    # deadline, when it is retried (queued again), what it reported
-    accepted_at: datetime | None
-    heartbeat_at: datetime | None
-    deadline_at: datetime | None
-    retry_at: datetime | None
-    progress: Any
-    output: Any
 
 
 class StatusRow(TaskColumns):
@@ -106,7 +110,7 @@ class ApplyRow(TypedDict):
     op: str | None  # what the apply did to the task asked about; None when none was
 
 
-class RunBetweenRow(TypedDict):
+class RunBetweenRow(JobColumns):
     """A run as `explain` shows it: RunRow's columns but started_at, finished_at and duration_ms."""
 
     id: int

@@ -872,17 +872,17 @@ DELETE FROM scheduler.audit WHERE id IN (
 -- each reads its index (runs_occurrence_uniq, runs_backfill_idx, runs_manual_idx) rather than all of
 -- the task's runs.
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt, backfill_id
+       response_excerpt, backfill_id, accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind NOT IN ('manual', 'backfill') AND scheduled_for BETWEEN %(lo)s AND %(hi)s
 UNION ALL
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt, backfill_id
+       response_excerpt, backfill_id, accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind = 'backfill' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
 UNION ALL
 SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt, backfill_id
+       response_excerpt, backfill_id, accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind = 'manual' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
  ORDER BY scheduled_for, id;
@@ -1070,7 +1070,7 @@ SELECT b.id, b.task_id, b.source, b.range_from, b.range_to, b.reprocess, b.actor
         SELECT count(*) FILTER (WHERE status = 'queued') AS waiting,
                count(*) FILTER (WHERE status = 'running') AS running,
                count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-               count(*) FILTER (WHERE status IN ('failed', 'missed', 'lost')) AS unsuccessful,
+               count(*) FILTER (WHERE status IN ('failed', 'missed', 'lost', 'timed_out')) AS unsuccessful,
                count(*) FILTER (WHERE status = 'skipped') AS dropped
           FROM (SELECT DISTINCT ON (scheduled_for) status FROM scheduler.runs
                  WHERE backfill_id = b.id ORDER BY scheduled_for, id DESC) AS newest) c ON true
@@ -1083,7 +1083,7 @@ SELECT b.id, b.task_id, b.source, b.range_from, b.range_to, b.reprocess, b.actor
 SELECT scheduled_for, id, status, http_status, error FROM (
     SELECT DISTINCT ON (scheduled_for) scheduled_for, id, status, http_status, error
       FROM scheduler.runs WHERE backfill_id = %(id)s ORDER BY scheduled_for, id DESC) AS newest
- WHERE status IN ('failed', 'missed', 'lost')
+ WHERE status IN ('failed', 'missed', 'lost', 'timed_out')
  ORDER BY scheduled_for
  LIMIT %(limit)s;
 

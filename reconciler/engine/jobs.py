@@ -131,6 +131,11 @@ def recorded(row: CallbackRow) -> dict[str, Any]:
     return body
 
 
+def still_on(locked: tuple[str, str | None] | None, row: CallbackRow) -> bool:
+    """Whether the attempt a callback read is still on once its row is locked: neither ended nor retried since."""
+    return locked is not None and locked[1] == row["callback_hash"] and locked[0] in ("running", "lost")
+
+
 class Jobs:
     """The callbacks' and the upkeep's side of jobs, on any engine."""
 
@@ -182,7 +187,7 @@ class Jobs:
         progress = None if progress is None else clean(progress, scrubber(row["target"], self.env, self.policy))
         async with self.store.pipelined_transaction() as conn:
             locked = await job_queries.job_lock(conn, run_id=run_id)
-            if locked is None or locked[1] != row["callback_hash"] or locked[0] not in ("running", "lost"):
+            if not still_on(locked, row):
                 return await self._again(run_id, token)
             await job_queries.write(conn, [job_queries.job_heartbeat(run_id=run_id, progress=progress)])
         return Answer(200, {"status": "running"})
@@ -211,7 +216,7 @@ class Jobs:
             error = "the job reported failed"
         async with self.store.pipelined_transaction() as conn:
             locked = await job_queries.job_lock(conn, run_id=run_id)
-            if locked is None or locked[1] != row["callback_hash"] or locked[0] not in ("running", "lost"):
+            if not still_on(locked, row):
                 return await self._again(run_id, token)
             final = await self._end(conn, row, status, error, output)
         body: dict[str, Any] = {"status": final}
