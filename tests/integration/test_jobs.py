@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from reconciler.engine.loop import Engine
 from reconciler.web.dashboard import Dashboard
 from reconciler.web.metrics import Endpoint
 from tests.builders import cli, write_tasks
+from tests.helpers import async_wait_until
 from tests.httpserver import Recorder
 from tests.integration.engine_support import metrics_endpoint, scrape
 from tests.integration.test_notifications import apply_dirs, outbox, webhook
@@ -170,3 +173,69 @@ async def test_an_engine_without_a_public_url_fails_a_callback_run_saying_what_t
     with psycopg.connect(dsn) as conn:
         [(status, error)] = conn.execute("SELECT status, error FROM scheduler.runs").fetchall()
     assert status == "failed" and "--public-url" in error and "RECONCILER_PUBLIC_URL" in error
+
+
+async def test_the_docs_python_target_reports_its_job_to_the_engine(store: Store, dsn: str, tmp_path: Path) -> None:
+    """docs/jobs.md's 20-line target, run as written (but for its port): 202 at once, heartbeats, then completes."""
+    text = (Path(__file__).parents[2] / "docs" / "jobs.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    serve = 'ThreadingHTTPServer(("127.0.0.1", 8000), Target).serve_forever()'
+    assert serve in code and len(code.strip().splitlines()) <= 20
+    code = code.replace(serve, 's = ThreadingHTTPServer(("127.0.0.1", 0), Target)\nprint(s.server_port, flush=True)\n'
+                        's.serve_forever()')  # fmt: skip
+    target = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    engine = Engine(store, EngineConfig("docs"))
+    endpoint, base = await metrics_endpoint(engine, store)
+    engine.config = replace(engine.config, public_url=base)
+    try:
+        assert target.stdout is not None
+        port = int(await asyncio.to_thread(target.stdout.readline))
+        write_tasks(tmp_path, {"tasks.d/nightly": job_file(f"http://127.0.0.1:{port}", "nightly")})
+        await apply_dirs(store, tmp_path, datetime.now(UTC))
+        await asyncio.sleep(1.1)
+        report = await engine.claim(None)
+        [outcome] = await asyncio.gather(*(engine.execute(run) for run in report.runs))
+        assert outcome.status == "accepted"
+
+        def finished() -> dict[str, Any] | None:
+            with psycopg.connect(dsn, row_factory=dict_row) as conn:
+                return conn.execute(
+                    "SELECT status, output, progress FROM scheduler.runs WHERE status NOT IN ('running', 'queued', "
+                    "'skipped', 'missed')"
+                ).fetchone()
+
+        assert await async_wait_until(finished, 60)
+        assert finished() == {"status": "succeeded", "output": {"rows": 100}, "progress": {"done": 75, "total": 100}}
+    finally:
+        target.kill()
+        await endpoint.close()
+        await engine.firer.close()
+
+
+async def test_trigger_wait_follows_the_job_to_its_outcome(
+    fleet: Fleet, store: Store, http: tuple[str, Recorder], tmp_path: Path
+) -> None:
+    url, rec = http
+    rec.script("/backup", statuses=[202])
+    write_tasks(tmp_path, {"tasks.d/backup": job_file(url, "backup").replace('every = "1s"', 'every = "1d"')})
+    await apply_dirs(store, tmp_path, datetime.now(UTC))
+    waiting = asyncio.create_task(asyncio.to_thread(cli, fleet.dsn, None, "trigger", "backup", "--wait"))
+    callbacks: list[str] = []
+
+    async def fired() -> bool:
+        callbacks.extend(await fleet.fire())
+        return bool(callbacks)
+
+    for _ in range(200):
+        if await fired():
+            break
+        await asyncio.sleep(0.05)
+    [callback] = callbacks
+    await asyncio.sleep(0.5)  # --wait sees it running, not done
+    assert not waiting.done()
+    async with httpx.AsyncClient() as client:
+        done = await client.post(f"{callback}/complete", json={"status": "succeeded", "output": {"bytes": 42}})
+        assert done.status_code == 200
+    code, out, err = await asyncio.wait_for(waiting, 60)
+    assert code == 0, err
+    assert "succeeded" in out and '"bytes":42' in out, out
