@@ -503,14 +503,19 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
     return results
 
 
+def start_sink() -> tuple[subprocess.Popen[str], str]:
+    """The sink (bench/sink.py) in a process of its own, and its URL."""
+    sink = subprocess.Popen([sys.executable, "-m", "bench.sink", str(free_port())], stdout=subprocess.PIPE, text=True)
+    assert sink.stdout is not None
+    return sink, sink.stdout.readline().strip()
+
+
 def main() -> None:
     """All scenarios; `python -m bench.engine fire1 …` runs only those named (printed, not written)."""
     tune_gc()
     wanted = set(sys.argv[1:])
     admin = embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg")
-    sink = subprocess.Popen([sys.executable, "-m", "bench.sink", str(free_port())], stdout=subprocess.PIPE, text=True)
-    assert sink.stdout is not None
-    url = sink.stdout.readline().strip()
+    sink, url = start_sink()
     load_before = load_average()
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -33,7 +33,7 @@ import aiohttp
 import psycopg
 
 from bench.common import write_results
-from bench.engine import free_port, load_average, once_soon, scenario, wait_for_engines
+from bench.engine import free_port, load_average, once_soon, scenario, start_sink, wait_for_engines
 from bench.reconcile import fresh_database
 from reconciler.cli.parser import tune_gc
 from reconciler.db.embedded import embedded_dsn
@@ -194,9 +194,7 @@ def main() -> None:
     admin = embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg")
     dsn = fresh_database(admin, "reconciler_bench_jobs")
     asyncio.run(init_schema(dsn))
-    sink = subprocess.Popen([sys.executable, "-m", "bench.sink", str(free_port())], stdout=subprocess.PIPE, text=True)
-    assert sink.stdout is not None
-    url = sink.stdout.readline().strip()
+    sink, url = start_sink()
     load_before = load_average()
     try:
         with tempfile.TemporaryDirectory() as tmp:

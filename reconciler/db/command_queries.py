@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict, cast, overload
 
-from reconciler.db.rows import Conn
+from reconciler.db.rows import Conn, RunHead
 from reconciler.db.store import Store
 
 
@@ -50,13 +50,7 @@ class JobColumns(TypedDict):
     output: Any
 
 
-class RunRow(JobColumns):
-    id: int
-    task_id: str
-    scheduled_for: datetime
-    kind: str
-    status: str
-    attempt: int
+class RunRow(RunHead, JobColumns):
     engine_id: str | None
     claimed_at: datetime
     started_at: datetime | None
@@ -110,15 +104,9 @@ class ApplyRow(TypedDict):
     op: str | None  # what the apply did to the task asked about; None when none was
 
 
-class RunBetweenRow(JobColumns):
+class RunBetweenRow(RunHead, JobColumns):
     """A run as `explain` shows it: RunRow's columns but started_at, finished_at and duration_ms."""
 
-    id: int
-    task_id: str
-    scheduled_for: datetime
-    kind: str
-    status: str
-    attempt: int
     engine_id: str | None
     claimed_at: datetime
     http_status: int | None

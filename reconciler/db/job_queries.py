@@ -9,19 +9,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
-from reconciler.db.rows import Conn
+from reconciler.db.rows import Conn, RunHead
 from reconciler.db.statements import Statement, pipelined, send
 
 
-class JobRow(TypedDict):
+class JobRow(RunHead):
     """A job's run as a callback or the overdue scan reads it."""
 
-    id: int
-    task_id: str
-    scheduled_for: datetime
-    kind: str
-    status: str
-    attempt: int
     deadline_at: datetime | None
     heartbeat_seconds: float | None
     accepted_at: datetime | None

@@ -409,9 +409,9 @@ UPDATE scheduler.runs SET status = 'skipped', finished_at = COALESCE(%(now)s::ti
 RETURNING id, task_id;
 
 -- name: run_get
-SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-       http_status, error, duration_ms, response_excerpt, backfill_id,
-       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+SELECT id, task_id, scheduled_for, kind, status, attempt,
+       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
   FROM scheduler.runs WHERE id = %(run_id)s;
 
 -- name: lock_tasks
@@ -656,16 +656,16 @@ RETURNING id;
 -- Every task's runs, or one task's through its (task_id, id) index (the order only that index
 -- gives, as in status_rows): the branch whose task_id does not apply is planned away.
 SELECT * FROM (
-    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+    (SELECT id, task_id, scheduled_for, kind, status, attempt,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
-    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+    (SELECT id, task_id, scheduled_for, kind, status, attempt,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY task_id DESC, id DESC LIMIT %(limit)s)) AS listed
@@ -871,18 +871,21 @@ DELETE FROM scheduler.audit WHERE id IN (
 -- The runs `explain` shows: scheduled (or requested, for manual runs) in [lo, hi]. Three parts, so
 -- each reads its index (runs_occurrence_uniq, runs_backfill_idx, runs_manual_idx) rather than all of
 -- the task's runs.
-SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt, backfill_id, accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+SELECT id, task_id, scheduled_for, kind, status, attempt,
+       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       engine_id, claimed_at, http_status, error, response_excerpt, backfill_id
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind NOT IN ('manual', 'backfill') AND scheduled_for BETWEEN %(lo)s AND %(hi)s
 UNION ALL
-SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt, backfill_id, accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+SELECT id, task_id, scheduled_for, kind, status, attempt,
+       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       engine_id, claimed_at, http_status, error, response_excerpt, backfill_id
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind = 'backfill' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
 UNION ALL
-SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, http_status, error,
-       response_excerpt, backfill_id, accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+SELECT id, task_id, scheduled_for, kind, status, attempt,
+       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       engine_id, claimed_at, http_status, error, response_excerpt, backfill_id
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind = 'manual' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
  ORDER BY scheduled_for, id;
@@ -1194,9 +1197,9 @@ SELECT id, source, {{run_spec(t)}} AS spec_text, timezone FROM scheduler.tasks t
 -- /runs: runs before id %(before)s, newest first, filtered by task, status, kind and scheduled time.
 -- As runs_list: every task's through runs_pkey, one task's through its (task_id, id) index.
 SELECT * FROM (
-    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+    (SELECT id, task_id, scheduled_for, kind, status, attempt,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
@@ -1204,9 +1207,9 @@ SELECT * FROM (
         AND (%(until)s::timestamptz IS NULL OR scheduled_for < %(until)s)
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
-    (SELECT id, task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, started_at, finished_at,
-            http_status, error, duration_ms, response_excerpt, backfill_id,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+    (SELECT id, task_id, scheduled_for, kind, status, attempt,
+            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)

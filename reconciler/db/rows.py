@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
 
 from psycopg import AsyncConnection
 
@@ -40,3 +40,14 @@ class TaskRow:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TaskRow:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row})
+
+
+class RunHead(TypedDict):
+    """The columns every read of a run row starts with."""
+
+    id: int
+    task_id: str
+    scheduled_for: datetime
+    kind: str
+    status: str
+    attempt: int

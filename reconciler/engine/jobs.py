@@ -293,7 +293,7 @@ class JobAttempts:
         except Exception as exc:  # the database away: this attempt is not sent, and retried as a connect error is
             raise NotPrepared(f"not sent: the job's token could not be recorded ({type(exc).__name__})") from None
         if not ready:
-            raise NotPrepared("not sent: the run is no longer running")
+            raise NotPrepared("not sent: the run is no longer running", transient=False)
         url = callback_url(self.base, self.run_id, token)
         return {CALLBACK_HEADER: url}, (token, url)
 

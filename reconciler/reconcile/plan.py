@@ -276,8 +276,9 @@ def make_plan(desired: list[Task], rows: list[TaskRow], source: str, now: dateti
 
 
 def job_warnings(changes: list[Change]) -> list[str]:
-    """A warning when tasks that complete by callback are created or changed: every engine needs its public URL."""
-    jobs = [c.id for c in changes if c.writes and c.task is not None and c.task.spec.target.callback]
+    """A warning while the files hold tasks that complete by callback: every engine needs its public URL (a plan
+    cannot see the engines' options, so it says so every time, as terraform repeats a warning its config causes)."""
+    jobs = [c.id for c in changes if c.task is not None and c.task.spec.target.callback]
     if not jobs:
         return []
     named = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")

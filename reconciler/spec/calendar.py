@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, RootModel, field_validator
 
 from reconciler.spec.model import Model, did_you_mean
-from reconciler.spec.trigger import EVERY_FORMAT, MAX_CRON, cron_problem, every_seconds
+from reconciler.spec.trigger import MAX_CRON, checked_duration, cron_problem, every_seconds
 from reconciler.spec.values import DAY, MAX_NAME, When, year_problem, zone_problem
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # date.weekday() order
@@ -112,12 +112,7 @@ def duration_seconds(text: str) -> int:
 
 
 def _duration(value: str) -> str:
-    seconds = every_seconds(value)
-    if isinstance(seconds, str):
-        raise ValueError(f"{value[:MAX_NAME]!r} is not a positive duration ({seconds}); {EVERY_FORMAT}")
-    if seconds > MAX_WINDOW_SECONDS:
-        raise ValueError(f"{value!r} is longer than {MAX_WINDOW_SECONDS // DAY}d (ten years)")
-    return value
+    return checked_duration(value, MAX_WINDOW_SECONDS, f"{MAX_WINDOW_SECONDS // DAY}d (ten years)")
 
 
 def _cron(value: str) -> str:

@@ -8,8 +8,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from reconciler.spec.target import Target
-from reconciler.spec.trigger import EVERY_FORMAT, every_seconds
-from reconciler.spec.values import DAY, MAX_NAME
+from reconciler.spec.trigger import checked_duration, every_seconds
+from reconciler.spec.values import DAY
 
 MAX_DEADLINE_SECONDS = 7 * DAY
 CALLBACK_ONLY = 'is for completion = "callback" only; remove it, or set completion = "callback"'
@@ -20,12 +20,9 @@ NEEDS_DEADLINE = (
 
 
 def _duration(value: str, what: str) -> str:
-    seconds = every_seconds(value)
-    if isinstance(seconds, str):
-        raise ValueError(f"{value[:MAX_NAME]!r} is not a positive duration ({seconds}); {EVERY_FORMAT}")
-    if seconds > MAX_DEADLINE_SECONDS:
-        raise ValueError(f"{value!r} is longer than 7d, the longest a job may run; split the job or shorten {what}")
-    return value
+    return checked_duration(
+        value, MAX_DEADLINE_SECONDS, f"7d, the longest a job may run; split the job or shorten {what}"
+    )
 
 
 def seconds_of(value: str | None) -> float | None:

@@ -12,7 +12,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from reconciler.spec.model import CrossCheck, Model, did_you_mean, suggestion
-from reconciler.spec.values import DAY, CalendarName, ClockTimes, When, WhenValue
+from reconciler.spec.values import DAY, MAX_NAME, CalendarName, ClockTimes, When, WhenValue
 
 CRON_MACROS = {
     "@hourly": "0 * * * *",
@@ -207,12 +207,7 @@ class IntervalTrigger(Window):
     def _every(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        period = every_seconds(value)
-        if isinstance(period, str):
-            raise ValueError(f"{value!r} is not a duration ({period}); {EVERY_FORMAT}")
-        if period > MAX_INTERVAL_SECONDS:
-            raise ValueError(f"{value!r} is longer than {MAX_INTERVAL_SECONDS // DAY}d (100 years)")
-        return value
+        return checked_duration(value, MAX_INTERVAL_SECONDS, f"{MAX_INTERVAL_SECONDS // DAY}d (100 years)")
 
     cross_checks = ((("every", "seconds"), lambda v: _one_period(**v)),)
 
@@ -250,6 +245,17 @@ def every_seconds(text: str) -> int | str:
         total += int(number) * INTERVAL_UNITS[unit]
         previous = unit
     return total if total > 0 else "it is zero"
+
+
+def checked_duration(value: str, most: int, too_long: str) -> str:
+    """A duration text (`"90s"`, `"1h30m"`) whose seconds are at most `most`, else a ValueError: why it is not a
+    duration, or `too_long` (what the longest allowed is, and the fix)."""
+    seconds = every_seconds(value)
+    if isinstance(seconds, str):
+        raise ValueError(f"{value[:MAX_NAME]!r} is not a positive duration ({seconds}); {EVERY_FORMAT}")
+    if seconds > most:
+        raise ValueError(f"{value[:MAX_NAME]!r} is longer than {too_long}")
+    return value
 
 
 def _one_period(every: str | None, seconds: int | None) -> str | None:

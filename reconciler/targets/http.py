@@ -124,7 +124,12 @@ Prepare = Callable[[int], Awaitable[Prepared]]
 
 
 class NotPrepared(Exception):
-    """A job's attempt could not be made ready (its token not recorded): not sent, retried by the policy."""
+    """A job's attempt could not be made ready: not sent; retried by the policy when `transient` (its token could
+    not be recorded: the database away), not when its run is no longer running."""
+
+    def __init__(self, reason: str, transient: bool = True) -> None:
+        super().__init__(reason)
+        self.transient = transient
 
 
 MIN_TOKEN_WAIT = 0.05  # a request waiting for a token asks again no sooner (the limit's lock is the claims' too)
@@ -139,7 +144,7 @@ def _classify(exc: BaseException, timeout: float) -> tuple[str, bool]:
     if isinstance(exc, RequestProblem | EnvProblem | TokenError):
         return str(exc), False
     if isinstance(exc, NotPrepared):
-        return str(exc), True
+        return str(exc), exc.transient
     if isinstance(exc, aiohttp.ClientConnectorError):
         # Refused, DNS, TLS handshake: the request surely did not leave.
         return f"connect error: {type(exc).__name__}", True

@@ -328,7 +328,7 @@ def test_interval_garbage_names_the_format(every: str, reason: str) -> None:
     text = task(trigger=f'kind = "interval"\nevery = "{every}"')
     [error] = errors_of(text)
     assert (error.key, error.line) == ("trigger.every", line_of(text, "every"))
-    assert error.message.startswith(f"{every!r} is not a duration ("), str(error)
+    assert error.message.startswith(f"{every!r} is not a positive duration ("), str(error)
     assert reason in error.message, str(error)
     assert error.message.endswith('; write whole numbers with units d, h, m, s, largest first, e.g. "90s", "15m", '
                                   '"1h30m" or "2d12h"'), str(error)  # fmt: skip

@@ -1,4 +1,4 @@
-"""A plan that creates or changes a task completing by callback warns that every engine needs its public URL."""
+"""A plan of files holding tasks that complete by callback warns that every engine needs its public URL."""
 
 from __future__ import annotations
 
