@@ -171,7 +171,7 @@ CASES = [
     Case("every-3000000d", task(trigger=INTERVAL + 'every = "3000000d"'), key="trigger.every", words="100 years",
          at="every"),
     Case("every-20-digits", task(trigger=INTERVAL + 'every = "99999999999999999999s"'), key="trigger.every",
-         words="not a duration", at="every"),
+         words="not a positive duration", at="every"),
     Case("calendar-every-huge", task(trigger=CALENDAR + "every = 999999999999\nstart_at = 2026-01-01"),
          key="trigger.every", words="1000", at="every"),
     Case("keep-runs-int4", task(policy="keep_runs = 2147483648"), key="policy.keep_runs", words="1000000",
