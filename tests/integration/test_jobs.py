@@ -171,7 +171,8 @@ async def test_an_engine_without_a_public_url_fails_a_callback_run_saying_what_t
         await engine.firer.close()
     assert outcome.status == "failed" and rec.paths("/nightly") == []
     with psycopg.connect(dsn) as conn:
-        [(status, error)] = conn.execute("SELECT status, error FROM scheduler.runs").fetchall()
+        # the occurrences a slow machine let pass meanwhile are coalesced: recorded missed
+        [(status, error)] = conn.execute("SELECT status, error FROM scheduler.runs WHERE status <> 'missed'").fetchall()
     assert status == "failed" and "--public-url" in error and "RECONCILER_PUBLIC_URL" in error
 
 
