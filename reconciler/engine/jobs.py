@@ -165,11 +165,15 @@ class Jobs:
 
     @staticmethod
     def _standing(row: CallbackRow) -> Answer | None:
-        """The answer to a callback on an attempt that is over (None: it is still on)."""
+        """The answer to a callback on an attempt that is over (None: it is still on): 409 once it reported (a repeat),
+        410 once it timed out or its deadline passed."""
+        reported = Answer(409, {"error": "the job has reported its outcome already", **recorded(row)})
+        if row["status"] in ("succeeded", "failed"):
+            return reported
         if row["status"] == "timed_out" or (row["deadline_at"] is not None and row["deadline_at"] <= row["now"]):
             return Answer(410, {"error": "the job's deadline has passed", **recorded(row)})
         if row["status"] not in ("running", "lost"):  # a late result still wins over lost, as a response does
-            return Answer(409, {"error": "the job has reported its outcome already", **recorded(row)})
+            return reported
         return None
 
     async def heartbeat(self, run_id: int, token: str, progress: Any) -> Answer:
