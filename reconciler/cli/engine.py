@@ -169,12 +169,19 @@ class RunPrinter:
         when += " (backfill)" if claimed.kind == "backfill" else ""
         self._line(claimed.task_id, when, outcome.status, f"{detail}, {last.duration_ms} ms{tries}")
 
+    def job_ended(self, task_id: str, status: str, seconds: float) -> None:
+        """A job (completion = "callback") reported, or timed out: its accepted run's line was printed before."""
+        self._print(f"job {task_id}: {status} ({seconds:.0f} s after its target accepted it)")
+
     @staticmethod
     def _line(task_id: str, when: str, status: str, detail: str) -> None:
+        RunPrinter._print(f"run {task_id} @ {when}: {status} ({detail})")
+
+    @staticmethod
+    def _print(text: str) -> None:
         from reconciler.output.text import safe
 
-        stamp = utcnow().strftime("%H:%M:%S")
-        print(safe(f"[{stamp}] run {task_id} @ {when}: {status} ({detail})"), flush=True)
+        print(safe(f"[{utcnow().strftime('%H:%M:%S')}] {text}"), flush=True)
 
 
 def is_run_result(record: logging.LogRecord) -> bool:
@@ -208,7 +215,9 @@ def up(options: UpOptions) -> int:
     async def work(store: Store) -> int:
         engine = Engine(store, config)
         stop = stop_on_signals(engine, err if people else None)
-        engine.observers.append(RunPrinter())
+        printer = RunPrinter()
+        engine.observers.append(printer)
+        engine.jobs.on_ended.append(printer.job_ended)
         files = watching.files
         dirs = [files.tasks_dir, *(str(path) for path in files.dirs.listed() if str(path) != files.tasks_dir)]
         watched = f"{', '.join(dirs[:-1])} and {dirs[-1]}"

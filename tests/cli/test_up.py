@@ -97,3 +97,48 @@ def test_ctrl_c_says_what_it_drains_and_a_second_one_stops_at_once(tmp_path: Pat
     assert proc.returncode == 0, err
     assert "stopped with 1 run(s) in flight; they are recorded lost when their leases expire" in err
     assert "Traceback" not in err
+
+
+@needs_pgserver
+def test_up_is_the_public_address_of_its_jobs_and_prints_their_outcome(tmp_path: Path) -> None:
+    """A callback task under `up` without --public-url: its job reports to up's own address, and up prints the
+    outcome when it comes."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL", "RECONCILER_PUBLIC_URL")}
+    tasks = tmp_path / "tasks.d"
+    tasks.mkdir()
+    with serving() as (url, rec):
+        rec.script("/job", statuses=[202])
+        (tasks / "job.toml").write_text(
+            task_text(
+                trigger=interval_trigger("1h"), url=f"{url}/job", target='completion = "callback"\ndeadline = "1h"'
+            )
+        )
+        proc = subprocess.Popen(
+            reconciler_argv("up", "--max-sleep", "1"),
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=(tmp_path / "stderr.txt").open("w"),
+            text=True,
+        )
+        out = Output(proc.stdout)
+        try:
+            assert wait_until(lambda: any("Plan: 1 to create" in line for line in out.lines), 60), out.lines
+            trigger = subprocess.run(reconciler_argv("trigger", "job"), cwd=tmp_path, env=env, capture_output=True)
+            assert trigger.returncode == 0, trigger.stderr
+            assert wait_until(lambda: rec.paths("/job"), 60), out.lines
+            callback = rec.paths("/job")[0].headers["X-Reconciler-Callback"]
+            [shown] = [line for line in out.lines if line.startswith("reconciler up: dashboard on http://127.0.0.1:")]
+            assert callback.startswith(shown.split()[4].rstrip("/") + "/runs/"), (callback, shown)
+            assert wait_until(lambda: any("run job @ manual run: accepted" in line for line in out.lines), 30)
+            done = httpx.post(f"{callback}/complete", json={"status": "succeeded"}, timeout=30)
+            assert done.status_code == 200, done.text
+            assert wait_until(lambda: any("job job: succeeded" in line for line in out.lines), 30), out.lines
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+                out.join()
+            finally:
+                stop_embedded(tmp_path / ".reconciler")
+        assert proc.returncode == 0, (tmp_path / "stderr.txt").read_text()
