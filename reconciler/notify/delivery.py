@@ -25,7 +25,7 @@ from reconciler.spec.backoff import backoff_delay
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier, WebhookNotifier, parse_spec
 from reconciler.spec.target import Target
-from reconciler.targets.http import Attempt, Firer
+from reconciler.targets.http import Attempt, Firer, Request
 
 log = logging.getLogger("reconciler.engine")
 
@@ -205,7 +205,9 @@ class Deliverer:
         scheduled = row["scheduled_for"] or row["created_at"]
         key = f"reconciler-notification-{row['id']}"
         async with self.firer.slots:
-            attempt = await self.firer.send(target, row["task_id"], scheduled, key, row["attempts"], float("inf"))
+            attempt = await self.firer.send(
+                Request(target, row["task_id"], scheduled, key), row["attempts"], float("inf")
+            )
         if isinstance(spec, SlackNotifier) and attempt.http_status and 300 <= attempt.http_status < 400:
             # Slack's URL is a secret, which a redirect's hint would show (its path, at least): not here.
             attempt.error = f"HTTP {attempt.http_status}: a redirect, not followed; check the URL in ${spec.url.env}"

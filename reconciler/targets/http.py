@@ -123,6 +123,18 @@ Prepared = tuple[dict[str, str], tuple[str, ...]]
 Prepare = Callable[[int], Awaitable[Prepared]]
 
 
+@dataclass(frozen=True)
+class Request:
+    """What every attempt of one run sends: its target, task, occurrence and Idempotency-Key; `prepare`, a job's
+    (completion = "callback"), called before each attempt's request leaves."""
+
+    target: Target
+    task_id: str
+    scheduled_for: datetime
+    key: str
+    prepare: Prepare | None = None
+
+
 class NotPrepared(Exception):
     """A job's attempt could not be made ready: not sent; retried by the policy when `transient` (its token could
     not be recorded: the database away), not when its run is no longer running."""
@@ -241,23 +253,17 @@ class Firer:
         return RunSecrets(self.env, self.policy)
 
     async def _headers(
-        self,
-        target: Target,
-        task_id: str,
-        scheduled_for: datetime,
-        key: str,
-        attempt: int,
-        secrets: RunSecrets,
-        extra: Mapping[str, str],
+        self, request: Request, attempt: int, secrets: RunSecrets, extra: Mapping[str, str]
     ) -> dict[str, str]:
+        target = request.target
         headers = {
             name: header_value(name, value, secrets, f"target.headers.{name}") for name, value in target.headers.items()
         }
         headers.update(extra)
-        headers["X-Reconciler-Task"] = task_id
-        headers["X-Reconciler-Scheduled-For"] = utc_iso(scheduled_for)
+        headers["X-Reconciler-Task"] = request.task_id
+        headers["X-Reconciler-Scheduled-For"] = utc_iso(request.scheduled_for)
         headers["X-Reconciler-Attempt"] = str(attempt)
-        headers["Idempotency-Key"] = key
+        headers["Idempotency-Key"] = request.key
         auth = target.auth
         if isinstance(auth, BearerAuth):
             token = header_value("Authorization", auth.token, secrets, "target.auth.token")
@@ -294,25 +300,17 @@ class Firer:
             kwargs["data"] = target.body.encode()
         return kwargs
 
-    async def _exchange(
-        self,
-        target: Target,
-        task_id: str,
-        scheduled_for: datetime,
-        key: str,
-        attempt: Attempt,
-        secrets: RunSecrets,
-        prepare: Prepare | None,
-    ) -> None:
+    async def _exchange(self, request: Request, attempt: Attempt, secrets: RunSecrets) -> None:
         """Build, send and read one attempt (the caller bounds it with the deadline)."""
+        target = request.target
         url, kwargs = self._url(target, secrets), self._request_args(target)
         session = self.session()
         extra: dict[str, str] = {}
-        if prepare is not None:
-            extra, hidden = await prepare(attempt.attempt)
+        if request.prepare is not None:
+            extra, hidden = await request.prepare(attempt.attempt)
             secrets.remember(*hidden, *extra.values())
         for refresh in (False, True):
-            headers = await self._headers(target, task_id, scheduled_for, key, attempt.attempt, secrets, extra)
+            headers = await self._headers(request, attempt.attempt, secrets, extra)
             attempt.sent_at = DATABASE.timestamp()
             async with session.request(target.method, url, headers=headers, **kwargs) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
@@ -333,27 +331,18 @@ class Firer:
                     attempt.transient = response.status >= 500 or response.status == 429
                 return
 
-    async def send(
-        self,
-        target: Target,
-        task_id: str,
-        scheduled_for: datetime,
-        key: str,
-        number: int,
-        budget: float,
-        prepare: Prepare | None = None,
-    ) -> Attempt:
-        """One attempt of `target`'s request, within its timeout and `budget` seconds; never raises."""
+    async def send(self, request: Request, number: int, budget: float) -> Attempt:
+        """One attempt of `request`, within its target's timeout and `budget` seconds; never raises."""
         attempt = Attempt(number)
         secrets = self.secrets()
-        timeout = min(float(target.timeout_seconds), budget)
+        timeout = min(float(request.target.timeout_seconds), budget)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):
-                await self._exchange(target, task_id, scheduled_for, key, attempt, secrets, prepare)
+                await self._exchange(request, attempt, secrets)
         except Exception as exc:  # every failure of one attempt is that attempt's result
             reason, attempt.transient = _classify(exc, timeout)
-            if timeout < target.timeout_seconds and isinstance(exc, TimeoutError):
+            if timeout < request.target.timeout_seconds and isinstance(exc, TimeoutError):
                 reason += "; cut short to end before the run's lease"
             attempt.error = reason
             attempt.http_status = attempt.http_status if isinstance(exc, TimeoutError) else None
@@ -386,13 +375,14 @@ class Firer:
         (completion = "callback"), called before each attempt's request: a 2xx then means `accepted`, not done.
         """
         key = key or idempotency_key(task_id, scheduled_for)
+        request = Request(spec.target, task_id, scheduled_for, key, prepare)
         delay = jitter_seconds(key, spec.policy.jitter_seconds) if token is None and first == 1 else 0
         if delay:
             await self._rest(delay)
         outcome = Outcome("failed")
         for number in range(first, max(first, spec.policy.retries + 1) + 1):  # one at least
             ask = token if number > first or not first_token else None
-            attempt = await self._attempt(spec.target, task_id, scheduled_for, key, number, deadline, ask, prepare)
+            attempt = await self._attempt(request, number, deadline, ask)
             outcome.attempts.append(attempt)
             if on_attempt is not None:
                 await on_attempt(attempt)
@@ -408,17 +398,7 @@ class Firer:
             await self._rest(wait)
         return outcome
 
-    async def _attempt(
-        self,
-        target: Target,
-        task_id: str,
-        scheduled_for: datetime,
-        key: str,
-        number: int,
-        deadline: float | None,
-        token: Token | None,
-        prepare: Prepare | None = None,
-    ) -> Attempt:
+    async def _attempt(self, request: Request, number: int, deadline: float | None, token: Token | None) -> Attempt:
         """One attempt in a slot. With `token` it leaves only once a token of its rate limits is taken, in the slot,
         just before it is sent; while there is none the slot is given back for the wait."""
         while True:
@@ -428,7 +408,7 @@ class Firer:
                 wait = await self._ask(token) if token is not None and budget > 0 else 0.0
                 if wait <= 0:
                     if budget > 0:
-                        attempt = await self.send(target, task_id, scheduled_for, key, number, budget, prepare)
+                        attempt = await self.send(request, number, budget)
                     else:
                         attempt = Attempt(
                             number, error="not sent: the run's lease ended while it waited for a free slot"

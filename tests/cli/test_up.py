@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,29 @@ def task_file(url: str, path: str) -> str:
     return task_text(trigger=interval_trigger("2s"), url=f"{url}{path}")
 
 
+@contextlib.contextmanager
+def running_up(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[tuple[subprocess.Popen[str], Output]]:
+    """`reconciler up ARGS…` in `tmp_path`, its stdout read line by line; Ctrl-C and its database stopped after."""
+    proc = subprocess.Popen(
+        reconciler_argv("up", *args),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=(tmp_path / "stderr.txt").open("w"),
+        text=True,
+    )
+    out = Output(proc.stdout)
+    try:
+        yield proc, out
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+            out.join()
+        finally:
+            stop_embedded(tmp_path / ".reconciler")
+
+
 @needs_pgserver
 def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RECONCILER_DSN", "DATABASE_URL")}
@@ -26,16 +51,7 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
     tasks.mkdir()
     with serving() as (url, rec):
         (tasks / "ping.toml").write_text(task_file(url, "/v1"))
-        proc = subprocess.Popen(
-            reconciler_argv("up", "--max-sleep", "1"),
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=(tmp_path / "stderr.txt").open("w"),
-            text=True,
-        )
-        out = Output(proc.stdout)
-        try:
+        with running_up(tmp_path, env, "--max-sleep", "1") as (proc, out):
             assert wait_until(lambda: len(rec.paths("/v1")) >= 1, 60), out.lines
             assert any("Plan: 1 to create" in line for line in out.lines), out.lines
             (tasks / "ping.toml").write_text(task_file(url, "/v2"))
@@ -47,13 +63,6 @@ def test_up_fires_applies_edits_and_stops_on_sigint(tmp_path: Path) -> None:
             [shown] = [line for line in out.lines if line.startswith("reconciler up: dashboard on http://127.0.0.1:")]
             page = httpx.get(shown.split()[4] + "?format=json", timeout=30).json()
             assert [task["id"] for task in page["tasks"]] == ["ping"]
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-                out.join()
-            finally:
-                stop_embedded(tmp_path / ".reconciler")
         err = (tmp_path / "stderr.txt").read_text()
         assert proc.returncode == 0, err
         assert "Traceback" not in err
@@ -113,16 +122,7 @@ def test_up_is_the_public_address_of_its_jobs_and_prints_their_outcome(tmp_path:
                 trigger=interval_trigger("1h"), url=f"{url}/job", target='completion = "callback"\ndeadline = "1h"'
             )
         )
-        proc = subprocess.Popen(
-            reconciler_argv("up", "--max-sleep", "1"),
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=(tmp_path / "stderr.txt").open("w"),
-            text=True,
-        )
-        out = Output(proc.stdout)
-        try:
+        with running_up(tmp_path, env, "--max-sleep", "1") as (proc, out):
             assert wait_until(lambda: any("Plan: 1 to create" in line for line in out.lines), 60), out.lines
             trigger = subprocess.run(reconciler_argv("trigger", "job"), cwd=tmp_path, env=env, capture_output=True)
             assert trigger.returncode == 0, trigger.stderr
@@ -134,11 +134,4 @@ def test_up_is_the_public_address_of_its_jobs_and_prints_their_outcome(tmp_path:
             done = httpx.post(f"{callback}/complete", json={"status": "succeeded"}, timeout=30)
             assert done.status_code == 200, done.text
             assert wait_until(lambda: any("job job: succeeded" in line for line in out.lines), 30), out.lines
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-                out.join()
-            finally:
-                stop_embedded(tmp_path / ".reconciler")
         assert proc.returncode == 0, (tmp_path / "stderr.txt").read_text()
