@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
+from reconciler.db.queries import released
 from reconciler.db.rows import Conn, RunHead
 from reconciler.db.statements import Statement, pipelined, send
 
@@ -98,25 +99,16 @@ def job_end(
     *, run_id: int, status: str, error: str | None, output: Any, now: datetime | None = None
 ) -> list[Statement]:
     """A job's final status, its lease released and the engines woken for the slot it frees."""
-    ids = {"run_ids": [run_id]}
-    return [
-        Statement("job_end", {"run_id": run_id, "status": status, "error": error, "output": _json(output), "now": now}),
-        Statement("leases_release_many", ids),
-        Statement("runs_finish_notify", ids),
-    ]
+    params = {"run_id": run_id, "status": status, "error": error, "output": _json(output), "now": now}
+    return [Statement("job_end", params), *released([run_id])]
 
 
 def job_retry(
     *, run_id: int, wait: float, error: str | None, output: Any, timed_out: bool, now: datetime | None = None
 ) -> list[Statement]:
     """A job queued again for its next attempt in `wait` seconds; its lease released meanwhile."""
-    ids = {"run_ids": [run_id]}
     params = {"run_id": run_id, "wait": wait, "error": error, "output": _json(output), "timed_out": timed_out}
-    return [
-        Statement("job_retry", {**params, "now": now}),
-        Statement("leases_release_many", ids),
-        Statement("runs_finish_notify", ids),
-    ]
+    return [Statement("job_retry", {**params, "now": now}), *released([run_id])]
 
 
 async def jobs_overdue(conn: Conn, *, limit: int, now: datetime | None = None) -> list[JobRow]:

@@ -309,15 +309,13 @@ async def finish_runs(
         "durations": durations,
         "excerpts": excerpts,
     }
+    await send(conn, [Statement("runs_finish_many", columns), *released(run_ids)])
+
+
+def released(run_ids: list[int]) -> list[Statement]:
+    """After runs' ends are written: their leases released, and the NOTIFY of the slots they free."""
     ids = {"run_ids": run_ids}
-    await send(
-        conn,
-        [
-            Statement("runs_finish_many", columns),
-            Statement("leases_release_many", ids),
-            Statement("runs_finish_notify", ids),
-        ],
-    )
+    return [Statement("leases_release_many", ids), Statement("runs_finish_notify", ids)]
 
 
 # ------------------------------------------------------------ upkeep

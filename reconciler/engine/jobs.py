@@ -20,7 +20,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +45,7 @@ TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(TOKEN_BYTES)
 CALLBACK_HEADER = "X-Reconciler-Callback"
 OVERDUE_BATCH = 100  # jobs one upkeep transaction ends
 MAX_ERROR = 4096  # characters of a completion's error kept
+ACCEPT_RETRY_SECONDS, ACCEPT_RETRY_CAP = 0.2, 5.0  # the first and the longest wait to record an acceptance again
 NO_PUBLIC_URL = (
     'completion = "callback" needs the engine\'s public address for the job to report to: start every engine '
     "with --public-url URL (or RECONCILER_PUBLIC_URL); see docs/jobs.md"
@@ -148,9 +149,10 @@ class Jobs:
         self.on_callback: list[Callable[[str, int], None]] = []
         self.on_ended: list[Callable[[str, str, float], None]] = []
 
-    def _count(self, route: str, answer: Answer) -> None:
+    def _count(self, route: str, answer: Answer) -> Answer:
         for observer in self.on_callback:
             observer(route, answer.status)
+        return answer
 
     async def _find(self, run_id: int, token: str) -> CallbackRow | None:
         """The run whose current attempt's token this is (compared in constant time); None otherwise."""
@@ -178,55 +180,44 @@ class Jobs:
 
     async def heartbeat(self, run_id: int, token: str, progress: Any) -> Answer:
         """`POST …/heartbeat`: the job is alive (its heartbeat timeout starts again), with its progress."""
-        answer = await self._heartbeat(run_id, token, progress)
-        self._count("heartbeat", answer)
-        return answer
 
-    async def _heartbeat(self, run_id: int, token: str, progress: Any) -> Answer:
-        row = await self._find(run_id, token)
-        if row is None:
-            return NOT_FOUND
-        if (standing := self._standing(row)) is not None:
-            return standing
-        progress = None if progress is None else clean(progress, scrubber(row["target"], self.env, self.policy))
-        async with self.store.pipelined_transaction() as conn:
-            locked = await job_queries.job_lock(conn, run_id=run_id)
-            if not still_on(locked, row):
-                return await self._again(run_id, token)
-            await job_queries.write(conn, [job_queries.job_heartbeat(run_id=run_id, progress=progress)])
-        return Answer(200, {"status": "running"})
+        async def beat(conn: Conn, row: CallbackRow, secrets: RunSecrets) -> Answer:
+            stored = None if progress is None else clean(progress, secrets)
+            await job_queries.write(conn, [job_queries.job_heartbeat(run_id=run_id, progress=stored)])
+            return Answer(200, {"status": "running"})
+
+        return self._count("heartbeat", await self._on_attempt(run_id, token, beat))
 
     async def complete(self, run_id: int, token: str, status: str, output: Any, error: str | None) -> Answer:
         """`POST …/complete`: the job's outcome. The first completion wins."""
-        answer = await self._complete(run_id, token, status, output, error)
-        self._count("complete", answer)
-        return answer
 
-    async def _again(self, run_id: int, token: str) -> Answer:
-        """The answer once a racing callback or the upkeep ended the attempt first."""
-        row = await self._find(run_id, token)
-        return NOT_FOUND if row is None else self._standing(row) or NOT_FOUND
+        async def end(conn: Conn, row: CallbackRow, secrets: RunSecrets) -> Answer:
+            reason = None if error is None else clean(error[:MAX_ERROR], secrets)
+            if status == "failed" and not reason:
+                reason = "the job reported failed"
+            stored = None if output is None else clean(output, secrets)
+            final = await self._end(conn, row, status, reason, stored)
+            return Answer(200, {"status": final, **({"retrying": True} if final == "queued" else {})})
 
-    async def _complete(self, run_id: int, token: str, status: str, output: Any, error: str | None) -> Answer:
+        return self._count("complete", await self._on_attempt(run_id, token, end))
+
+    async def _on_attempt(
+        self, run_id: int, token: str, act: Callable[[Conn, CallbackRow, RunSecrets], Awaitable[Answer]]
+    ) -> Answer:
+        """`act` on the attempt this token is for, in a transaction holding its run's row, while the attempt is on;
+        else the answer to a callback on an attempt that is over, or to a wrong token."""
         row = await self._find(run_id, token)
         if row is None:
             return NOT_FOUND
         if (standing := self._standing(row)) is not None:
             return standing
-        run = scrubber(row["target"], self.env, self.policy)
-        output = None if output is None else clean(output, run)
-        error = None if error is None else clean(error[:MAX_ERROR], run)
-        if status == "failed" and not error:
-            error = "the job reported failed"
+        secrets = scrubber(row["target"], self.env, self.policy)
         async with self.store.pipelined_transaction() as conn:
-            locked = await job_queries.job_lock(conn, run_id=run_id)
-            if not still_on(locked, row):
-                return await self._again(run_id, token)
-            final = await self._end(conn, row, status, error, output)
-        body: dict[str, Any] = {"status": final}
-        if final == "queued":
-            body["retrying"] = True
-        return Answer(200, body)
+            if still_on(await job_queries.job_lock(conn, run_id=run_id), row):
+                return await act(conn, row, secrets)
+        # a racing callback or the upkeep ended the attempt first: answer as to a callback after it
+        row = await self._find(run_id, token)
+        return NOT_FOUND if row is None else self._standing(row) or NOT_FOUND
 
     async def _end(self, conn: Conn, row: JobRow, status: str, error: str | None, output: Any) -> str:
         """End a job's attempt in the caller's transaction: retried (queued) when it failed or timed out with
@@ -306,8 +297,9 @@ class JobAttempts:
         run's lease's end by time.monotonic(): then the run ends lost, and the job's completion still lands)."""
         assert self.hash is not None
         started = datetime.fromtimestamp(attempt.sent_at, UTC) if attempt.sent_at else None
-        wait = 0.2
+        tries = 0
         while True:
+            tries += 1
             try:
                 async with self.store.connection() as conn:
                     return await job_queries.job_accepted(
@@ -320,7 +312,7 @@ class JobAttempts:
                         duration_ms=attempt.duration_ms,
                     )
             except DB_FAULTS:
+                wait = backoff_delay(ACCEPT_RETRY_SECONDS, tries, cap=ACCEPT_RETRY_CAP)
                 if until is not None and time.monotonic() + wait >= until:
                     return False
                 await asyncio.sleep(wait)
-                wait = min(wait * 2, 5.0)

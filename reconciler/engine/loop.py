@@ -100,7 +100,7 @@ class Engine:
         self.observers: list[Observer] = []
         # heartbeat, retention, late scan; the heartbeat says whether LISTEN is up (for `status` and /engines)
         self.jobs = Jobs(store, EnvPolicy(config.allow_env))  # callbacks (web/callbacks.py) and overdue jobs
-        self.upkeep = Upkeep(store, config, lambda: self.clock, lambda: self.listener.connected, self.jobs)
+        self.upkeep = Upkeep(store, config, lambda: self.clock, self.jobs, lambda: self.listener.connected)
         self.outage = Outage()  # the database's state, logged once per change
         self.listener = Listener(store, config.listen_dsn)  # NOTIFYs wake the claim loop (see listener.py)
         self.firing: set[int] = set()  # the run ids the workers are firing (those resting between attempts too)

@@ -40,14 +40,14 @@ class Upkeep:
         store: Store,
         config: EngineConfig,
         clock: Callable[[], Clock],
+        jobs: Jobs,
         listening: Callable[[], bool | None] = lambda: None,
-        jobs: Jobs | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self._clock = clock
         self.listening = listening
-        self.jobs = jobs or Jobs(store)
+        self.jobs = jobs  # any engine ends overdue jobs
         self.clock_off = False  # the last heartbeat found this machine's clock past max_clock_offset
 
     @property
