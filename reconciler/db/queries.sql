@@ -56,6 +56,11 @@
 LEAST({g}.burst, {g}.tokens + {g}.rate_per_second
                  * GREATEST(0, extract(epoch FROM COALESCE(%(now)s::timestamptz, now()) - {g}.refilled_at)))
 
+-- fragment: job_columns()
+-- A run's job columns (docs/jobs.md), as the reads of whole runs list them after the run's head (db/command_queries.py's
+-- JobColumns).
+accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
+
 -- fragment: limits_now()
 -- Every limit as a claim sees it: full (no run may start: max_in_flight runs in flight, or less than a token in
 -- its bucket) and, when full, when it may have room again (a token refilled, or the first lease to expire;
@@ -410,7 +415,7 @@ RETURNING id, task_id;
 
 -- name: run_get
 SELECT id, task_id, scheduled_for, kind, status, attempt,
-       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       {{job_columns()}},
        engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
   FROM scheduler.runs WHERE id = %(run_id)s;
 
@@ -657,14 +662,14 @@ RETURNING id;
 -- gives, as in status_rows): the branch whose task_id does not apply is planned away.
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            {{job_columns()}},
             engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            {{job_columns()}},
             engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -872,19 +877,19 @@ DELETE FROM scheduler.audit WHERE id IN (
 -- each reads its index (runs_occurrence_uniq, runs_backfill_idx, runs_manual_idx) rather than all of
 -- the task's runs.
 SELECT id, task_id, scheduled_for, kind, status, attempt,
-       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       {{job_columns()}},
        engine_id, claimed_at, http_status, error, response_excerpt, backfill_id
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind NOT IN ('manual', 'backfill') AND scheduled_for BETWEEN %(lo)s AND %(hi)s
 UNION ALL
 SELECT id, task_id, scheduled_for, kind, status, attempt,
-       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       {{job_columns()}},
        engine_id, claimed_at, http_status, error, response_excerpt, backfill_id
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind = 'backfill' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
 UNION ALL
 SELECT id, task_id, scheduled_for, kind, status, attempt,
-       accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+       {{job_columns()}},
        engine_id, claimed_at, http_status, error, response_excerpt, backfill_id
   FROM scheduler.runs
  WHERE task_id = %(task_id)s AND kind = 'manual' AND scheduled_for BETWEEN %(lo)s AND %(hi)s
@@ -1198,7 +1203,7 @@ SELECT id, source, {{run_spec(t)}} AS spec_text, timezone FROM scheduler.tasks t
 -- As runs_list: every task's through runs_pkey, one task's through its (task_id, id) index.
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            {{job_columns()}},
             engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(before)s::bigint IS NULL OR id < %(before)s)
@@ -1208,7 +1213,7 @@ SELECT * FROM (
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
-            accepted_at, heartbeat_at, deadline_at, retry_at, progress, output,
+            {{job_columns()}},
             engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(before)s::bigint IS NULL OR id < %(before)s)

@@ -13,7 +13,7 @@ JOB_JSON_CHARS = 300  # of a job's progress or output on one line
 
 def job_lines(run: Mapping[str, Any]) -> list[str]:
     """A job's state under its run (values already masked: output/masking.masked_job): accepted, last heartbeat,
-    deadline or retry, and what it reported. None for a run that is not a job."""
+    deadline or retry, and what it reported. No line for a run that is not a job."""
     facts = []
     if run.get("accepted_at"):
         facts.append(f"job accepted {utc_text(run['accepted_at'])}")
@@ -24,8 +24,12 @@ def job_lines(run: Mapping[str, Any]) -> list[str]:
     if run.get("status") == "queued" and run.get("retry_at"):
         facts.append(f"job retried at {utc_text(run['retry_at'])}")
     lines = [", ".join(facts)] if facts else []
-    for name in ("progress", "output"):
-        if run.get(name) is not None:
-            text = json.dumps(run[name], separators=(",", ":"), ensure_ascii=False)
-            lines.append(f"{name}: {text[:JOB_JSON_CHARS]}{'…' if len(text) > JOB_JSON_CHARS else ''}")
+    lines += [f"{name}: {compact(run[name])}" for name in ("progress", "output") if run.get(name) is not None]
     return lines
+
+
+def compact(value: Any) -> str:
+    """A job's progress or output as one line of JSON, at most JOB_JSON_CHARS characters (the command line's and
+    the dashboard's)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text[:JOB_JSON_CHARS] + ("…" if len(text) > JOB_JSON_CHARS else "")

@@ -21,8 +21,7 @@ from reconciler.schedule.base import FLOOR, HORIZON, QUIET, Fire, Schedule, Trig
 from reconciler.schedule.cron import CronSchedule, cron_overlap
 from reconciler.schedule.periodic import WEEK_MINUTES, Cron, blocks_for_ever, period_minutes
 from reconciler.schedule.walltime import resolve_window_time
-from reconciler.spec.calendar import duration_seconds
-from reconciler.spec.trigger import CronTrigger
+from reconciler.spec.trigger import CronTrigger, duration_seconds
 
 TICK = timedelta(microseconds=1)
 # Windows merged into one blocked span before it is taken as never ending (each step moves at least the

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, RootModel, field_validator
 
 from reconciler.spec.model import Model, did_you_mean
-from reconciler.spec.trigger import MAX_CRON, checked_duration, cron_problem, every_seconds
+from reconciler.spec.trigger import MAX_CRON, checked_duration, cron_problem
 from reconciler.spec.values import DAY, MAX_NAME, When, year_problem, zone_problem
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # date.weekday() order
@@ -102,13 +102,6 @@ class BusinessDaysCalendar(Model):
     @classmethod
     def _sorted(cls, value: list[date]) -> list[date]:
         return sorted(set(value))
-
-
-def duration_seconds(text: str) -> int:
-    """A window's `duration` in seconds (validated: positive, at most ten years)."""
-    seconds = every_seconds(text)
-    assert isinstance(seconds, int)
-    return seconds
 
 
 def _duration(value: str) -> str:

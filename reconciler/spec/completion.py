@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from reconciler.spec.target import Target
-from reconciler.spec.trigger import checked_duration, every_seconds
+from reconciler.spec.trigger import checked_duration, duration_seconds
 from reconciler.spec.values import DAY
 
 MAX_DEADLINE_SECONDS = 7 * DAY
@@ -27,11 +27,7 @@ def _duration(value: str, what: str) -> str:
 
 def seconds_of(value: str | None) -> float | None:
     """A validated duration (`"6h"`) in seconds; None stays None."""
-    if value is None:
-        return None
-    seconds = every_seconds(value)
-    assert isinstance(seconds, int)
-    return float(seconds)
+    return None if value is None else float(duration_seconds(value))
 
 
 class TaskTarget(Target):

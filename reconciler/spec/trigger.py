@@ -247,6 +247,13 @@ def every_seconds(text: str) -> int | str:
     return total if total > 0 else "it is zero"
 
 
+def duration_seconds(text: str) -> int:
+    """A validated duration's seconds (checked_duration passed it: a window's `duration`, a job's `deadline`)."""
+    seconds = every_seconds(text)
+    assert isinstance(seconds, int)
+    return seconds
+
+
 def checked_duration(value: str, most: int, too_long: str) -> str:
     """A duration text (`"90s"`, `"1h30m"`) whose seconds are at most `most`, else a ValueError: why it is not a
     duration, or `too_long` (what the longest allowed is, and the fix)."""

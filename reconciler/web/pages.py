@@ -7,7 +7,6 @@ characters are shown as visible escapes, as the CLI does.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -17,6 +16,7 @@ from urllib.parse import urlencode
 import jinja2
 
 from reconciler.clock import utc_text
+from reconciler.output.jobs import compact
 from reconciler.output.text import safe
 from reconciler.output.views import local
 
@@ -55,12 +55,6 @@ def _age(value: str | None, now: str | None) -> str:
     return f"{days} d {hours % 24} h"
 
 
-def _compact(value: Any) -> str:
-    """A job's progress or output as one line of JSON, at most 300 characters."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text[:300] + ("…" if len(text) > 300 else "")
-
-
 def _in_zone(value: str | None, zone: str) -> str:
     """An ISO instant in the task's zone (`2026-12-06 06:30:00 CET`), as the CLI's `status` shows it."""
     if not value:
@@ -86,7 +80,7 @@ def environment() -> jinja2.Environment:
     env.filters["utc"] = _utc
     env.filters["in_zone"] = _in_zone
     env.filters["age"] = _age
-    env.filters["compact"] = _compact
+    env.filters["compact"] = compact
     env.filters["safe_text"] = lambda value: safe(str(value)) if value is not None else ""
     env.filters["status_class"] = lambda status: STATUS_CLASSES.get(status or "", "muted")
     env.globals["query"] = _query
