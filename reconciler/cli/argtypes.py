@@ -53,6 +53,16 @@ def host_port(text: str) -> str:
     return f"{host.strip('[]')}:{int(match.group(2))}"
 
 
+def traceparent(text: str) -> str:
+    """An argparse type: a W3C traceparent (`trigger --traceparent`) the run joins."""
+    from reconciler.tracing import traceparent_problem
+
+    problem = traceparent_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def public_url(text: str) -> str:
     """An argparse type: the http(s) base URL targets reach the engines at (`engine --public-url`), without
     credentials, query or fragment; its trailing slash dropped."""

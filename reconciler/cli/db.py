@@ -131,7 +131,7 @@ def trigger(options: TriggerOptions) -> int:
     operator = Operator.resolve(options.operator.actor, options.operator.reason)
 
     async def work(store: Store) -> int:
-        done = await manual.trigger(store, options.id, operator)
+        done = await manual.trigger(store, options.id, operator, options.traceparent)
         print(
             f"queued manual run {done.run_id} of {safe(options.id)}; the schedule is unchanged; "
             f"it waits for a free slot (`reconciler cancel {done.run_id}` while queued)",

@@ -16,7 +16,7 @@ from reconciler.cli.console import err, log
 from reconciler.cli.dashboard import DEFAULT_ADDR, DashboardProcess, dashboard_token, warn_if_open
 from reconciler.cli.declared import need_tasks_dir
 from reconciler.cli.options import EngineOptions, ServeOptions, UpOptions
-from reconciler.cli.runtime import stop_on_signals, store_for, with_store
+from reconciler.cli.runtime import stop_on_signals, store_for, tracer, with_store
 from reconciler.cli.watch import watch_files
 from reconciler.clock import utc_text, utcnow
 from reconciler.errors import EXIT_OK, DatabaseUnavailable, UserError, one_line
@@ -106,6 +106,7 @@ async def run_engine(store: Store, web: WebOptions | None, stop: asyncio.Event, 
     finally:
         if server is not None:
             await server.close()
+        await asyncio.to_thread(engine.tracer.shutdown)  # the spans still buffered are sent
     log.info("engine %s stopped", engine.config.engine_id, extra={"fields": fields})
 
 
@@ -143,7 +144,7 @@ def engine(options: EngineOptions) -> int:
 
     async def run() -> int:
         store = store_for(options.database, engine_pool_size(config))
-        engine = Engine(store, config)
+        engine = Engine(store, config, tracer=tracer())
         try:
             await run_engine(store, web_options(options.serve, store.dsn), stop_on_signals(engine), engine)
         finally:
@@ -213,7 +214,7 @@ def up(options: UpOptions) -> int:
     config = options.config  # `up` fires its own tasks only, even on a shared database
 
     async def work(store: Store) -> int:
-        engine = Engine(store, config)
+        engine = Engine(store, config, tracer=tracer())
         stop = stop_on_signals(engine, err if people else None)
         printer = RunPrinter()
         engine.observers.append(printer)

@@ -252,10 +252,11 @@ class TriggerOptions:
     operator: OperatorOptions
     id: str
     wait: bool = False
+    traceparent: str | None = None  # the trace the run joins (a W3C traceparent); None: a new trace
 
     @classmethod
     def of(cls, args: Namespace) -> TriggerOptions:
-        return cls(DatabaseOptions.of(args), OperatorOptions.of(args), args.id, args.wait)
+        return cls(DatabaseOptions.of(args), OperatorOptions.of(args), args.id, args.wait, args.traceparent)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from reconciler.cli.argtypes import (
     host_port,
     public_url,
     revision_name,
+    traceparent,
 )
 from reconciler.cli.options import (
     ApplyCommandOptions,
@@ -317,6 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     trigger.add_argument("id", metavar="ID")
     trigger.add_argument(
         "--wait", action="store_true", help="follow the run: print its result, exit 0 if it succeeded, 1 if not"
+    )
+    trigger.add_argument(
+        "--traceparent",
+        type=traceparent,
+        metavar="TRACEPARENT",
+        help="a W3C traceparent (00-<trace id>-<span id>-<flags>): the run joins that trace (default: a new one)",
     )
     _reason(trigger)
     cancel = add("cancel", Command(cli_db.cancel, CancelOptions.of), "cancel a manual run that is still queued")

@@ -8,11 +8,13 @@ import this module's neighbours without it.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from reconciler import tracing
 from reconciler.cli.console import log
 from reconciler.cli.declared import load_or_report
 from reconciler.cli.options import DatabaseOptions, FilesOptions
@@ -101,3 +103,25 @@ def stop_on_signals(engine: Engine | None = None, say: Callable[[str], None] | N
     loop.add_signal_handler(signal.SIGTERM, signalled, "SIGTERM")
     loop.add_signal_handler(signal.SIGINT, signalled, "Ctrl-C")
     return stop
+
+
+def tracer(env: Mapping[str, str] | None = None) -> tracing.Tracer:
+    """The engine's tracer: OpenTelemetry's when OTEL_* variables ask for traces and the extra is installed (else a
+    warning, and no spans), else the one that records none and imports nothing."""
+    env = os.environ if env is None else env
+    if not tracing.wanted(env):
+        return tracing.Tracer()
+    try:
+        from reconciler import otel
+    except ImportError as exc:
+        log.warning(
+            "OTEL_* variables ask for traces, but the otel extra is not installed (%s): "
+            "pip install 'reconciler-scheduler[otel]'; runs are not traced",
+            exc.name,
+        )
+        return tracing.Tracer()
+    try:
+        return otel.from_environment(env)
+    except otel.NotConfigured as exc:
+        log.warning("tracing is off: %s", exc)
+        return tracing.Tracer()

@@ -60,6 +60,7 @@ class RunRow(RunHead, JobColumns):
     duration_ms: int | None
     response_excerpt: str | None
     backfill_id: int | None  # kind = 'backfill': the backfill it belongs to
+    trace_id: str | None  # its W3C trace id (32 hex digits); None: a run from before traces were
 
 
 class StatusRow(TaskColumns):
@@ -216,9 +217,14 @@ async def task_get(conn: Conn, *, id: str) -> list[TaskGetRow]:
     return cast(list[TaskGetRow], await Store.fetch(conn, "task_get", {"id": id}))
 
 
-async def run_queue_manual(conn: Conn, *, task_id: str, now: datetime | None) -> list[IdRow]:
-    """Queue a manual run of `task_id`; its id."""
-    return cast(list[IdRow], await Store.fetch(conn, "run_queue_manual", {"task_id": task_id, "now": now}))
+async def run_queue_manual(
+    conn: Conn, *, task_id: str, now: datetime | None, traceparent: str | None = None
+) -> list[IdRow]:
+    """Queue a manual run of `task_id` (in the trace of `traceparent`, a valid one, when given; else a new trace);
+    its id."""
+    trace_id = traceparent.split("-")[1] if traceparent else None
+    params = {"task_id": task_id, "now": now, "trace_id": trace_id, "traceparent": traceparent}
+    return cast(list[IdRow], await Store.fetch(conn, "run_queue_manual", params))
 
 
 async def run_get(conn: Conn, *, run_id: int) -> list[RunRow]:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
+from uuid import UUID
 
 from reconciler.db.queries import released
 from reconciler.db.rows import Conn, RunHead
@@ -20,6 +21,9 @@ class JobRow(RunHead):
     deadline_at: datetime | None
     heartbeat_seconds: float | None
     accepted_at: datetime | None
+    started_at: datetime | None  # when its first attempt's request left (a span's start)
+    trace_id: UUID | None  # its trace (tracing.RunTrace)
+    traceparent: str | None
     policy: Any  # the task's stored `policy` JSON (None: the task was deleted)
     notify: Any  # the task's stored `notify` JSON
     now: datetime
@@ -27,7 +31,6 @@ class JobRow(RunHead):
 
 class CallbackRow(JobRow):
     callback_hash: str | None
-    started_at: datetime | None
     claimed_at: datetime
     output: Any
     error: str | None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
+from uuid import UUID
 
 from psycopg import AsyncCursor
 
@@ -53,6 +54,8 @@ class QueuedRow(TypedDict):
     spec_key: int
     source: str
     limits: list[str] | None
+    trace_id: UUID | None  # its trace (None: a row written before traces were)
+    traceparent: str | None  # a manual run's caller's (`trigger --traceparent`)
 
 
 class SpecKeyRow(TypedDict):
@@ -76,6 +79,8 @@ class InDoubtRow(TypedDict):
     spec_key: int
     source: str
     lease_left: float  # seconds
+    trace_id: UUID | None
+    traceparent: str | None
 
 
 class HeldRow(TypedDict):
@@ -91,6 +96,7 @@ class OccurrenceRow(TypedDict):
 class InsertedRow(TypedDict):
     id: int
     n: int  # its place (from 1) in runs_insert's arrays
+    trace_id: UUID | None  # its trace (None for a run recorded without a request: missed, skipped)
 
 
 class LimitRow(TypedDict):

@@ -61,6 +61,10 @@ LEAST({g}.burst, {g}.tokens + {g}.rate_per_second
 -- JobColumns).
 accepted_at, heartbeat_at, deadline_at, retry_at, progress, output
 
+-- fragment: trace_hex()
+-- A run's trace id as the W3C traceparent writes it (32 lowercase hex digits; NULL: a run from before traces).
+replace(trace_id::text, '-', '')
+
 -- fragment: limits_now()
 -- Every limit as a claim sees it: full (no run may start: max_in_flight runs in flight, or less than a token in
 -- its bucket) and, when full, when it may have room again (a token refilled, or the first lease to expire;
@@ -391,7 +395,8 @@ WITH lim AS MATERIALIZED ({{limits_now()}}), q AS MATERIALIZED (
      WHERE status = 'queued' AND (retry_at IS NULL OR retry_at <= COALESCE(%(now)s::timestamptz, now()))
 )
 SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, r.attempt, {{run_spec(t)}} AS spec_text,
-       hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source, {{limits_of(t)}} AS limits
+       hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source, {{limits_of(t)}} AS limits,
+       r.trace_id, r.traceparent
   FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE r.id = ANY(ARRAY(
         SELECT q.id FROM q JOIN scheduler.tasks t ON t.id = q.task_id
@@ -416,7 +421,8 @@ RETURNING id, task_id;
 -- name: run_get
 SELECT id, task_id, scheduled_for, kind, status, attempt,
        {{job_columns()}},
-       engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
+       engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id,
+       {{trace_hex()}} AS trace_id
   FROM scheduler.runs WHERE id = %(run_id)s;
 
 -- name: lock_tasks
@@ -446,12 +452,14 @@ WITH input AS (
                          %(statuses)b::text[], %(errors)b::text[])
            WITH ORDINALITY AS u(task_id, scheduled_for, kind, status, error, n)
 ), inserted AS (
-    INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, finished_at, error)
+    INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, engine_id, claimed_at, finished_at, error,
+                                trace_id)
     SELECT u.task_id, u.scheduled_for, u.kind, u.status, 0, %(engine_id)s, %(now)s,
-           CASE WHEN u.status = 'running' THEN NULL ELSE %(now)s::timestamptz END, u.error
+           CASE WHEN u.status = 'running' THEN NULL ELSE %(now)s::timestamptz END, u.error,
+           CASE WHEN u.status = 'running' THEN gen_random_uuid() END
       FROM input u
     ON CONFLICT (task_id, scheduled_for) WHERE kind NOT IN ('manual', 'backfill') DO NOTHING
-    RETURNING id, task_id, scheduled_for, status
+    RETURNING id, task_id, scheduled_for, status, trace_id
 ), leased AS (
     INSERT INTO scheduler.run_leases (task_id, run_id, engine_id, expires_at)
     SELECT i.task_id, i.id, %(engine_id)s, %(now)s::timestamptz + make_interval(secs => l.seconds)
@@ -459,7 +467,7 @@ WITH input AS (
       JOIN unnest(%(lease_ids)b::text[], %(lease_seconds)b::float8[]) AS l(task_id, seconds) ON l.task_id = i.task_id
      WHERE i.status = 'running'
 )
-SELECT i.id, u.n FROM inserted i JOIN input u ON u.task_id = i.task_id AND u.scheduled_for = i.scheduled_for;
+SELECT i.id, u.n, i.trace_id FROM inserted i JOIN input u ON u.task_id = i.task_id AND u.scheduled_for = i.scheduled_for;
 
 -- name: occurrences_in_flight
 -- The claim's second look, under the tasks' locks, at the queued backfill runs it would start (%(task_ids)s,
@@ -540,7 +548,7 @@ UPDATE scheduler.runs
 -- or accepted_at set): it was fired, and reports by itself.
 SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, r.attempt, {{run_spec(t)}} AS spec_text,
        hashtextextended({{run_spec(t)}}, 0) AS spec_key, t.source,
-       extract(epoch FROM l.expires_at - now())::float8 AS lease_left
+       extract(epoch FROM l.expires_at - now())::float8 AS lease_left, r.trace_id, r.traceparent
   FROM scheduler.run_leases l
   JOIN scheduler.runs r ON r.id = l.run_id
   JOIN scheduler.tasks t ON t.id = r.task_id
@@ -565,9 +573,10 @@ WITH expired AS (
      WHERE r.id = e.run_id AND r.status = 'running'
     RETURNING r.id, r.task_id, r.scheduled_for, r.error, r.kind, r.backfill_id, r.hold_seconds
 ), requeued AS (
-    INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, backfill_id, hold_seconds)
+    INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, backfill_id, hold_seconds,
+                                trace_id)
     SELECT l.task_id, l.scheduled_for, 'backfill', 'queued', 0, COALESCE(%(now)s::timestamptz, now()),
-           l.backfill_id, l.hold_seconds
+           l.backfill_id, l.hold_seconds, gen_random_uuid()
       FROM lost l
      WHERE l.kind = 'backfill'
        AND NOT EXISTS (SELECT 1 FROM scheduler.backfills b WHERE b.id = l.backfill_id AND b.cancelled_at IS NOT NULL)
@@ -653,8 +662,10 @@ SELECT g.name, g.max_in_flight, g.rate_per_second, g.burst,
  ORDER BY g.name;
 
 -- name: run_queue_manual
-INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at)
-VALUES (%(task_id)s, COALESCE(%(now)s::timestamptz, now()), 'manual', 'queued', 0, COALESCE(%(now)s::timestamptz, now()))
+-- %(trace_id)s, %(traceparent)s: a caller's (`trigger --traceparent`), else a new trace.
+INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, trace_id, traceparent)
+VALUES (%(task_id)s, COALESCE(%(now)s::timestamptz, now()), 'manual', 'queued', 0, COALESCE(%(now)s::timestamptz, now()),
+        COALESCE(%(trace_id)s::uuid, gen_random_uuid()), %(traceparent)s)
 RETURNING id;
 
 -- name: runs_list
@@ -663,14 +674,16 @@ RETURNING id;
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
             {{job_columns()}},
-            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id,
+            {{trace_hex()}} AS trace_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY id DESC LIMIT %(limit)s)
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
             {{job_columns()}},
-            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id,
+            {{trace_hex()}} AS trace_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(status)s::text IS NULL OR status = %(status)s)
       ORDER BY task_id DESC, id DESC LIMIT %(limit)s)) AS listed
@@ -1057,8 +1070,8 @@ RETURNING id;
 -- name: backfill_queue
 -- The backfill's runs, oldest first (ids ascending: claims start them in that order). An occurrence with a
 -- backfill run queued or running already is not queued twice (runs_backfill_pending_uniq).
-INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, backfill_id, hold_seconds)
-SELECT %(task_id)s, u.at, 'backfill', 'queued', 0, now(), %(backfill_id)s, %(hold_seconds)s
+INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, backfill_id, hold_seconds, trace_id)
+SELECT %(task_id)s, u.at, 'backfill', 'queued', 0, now(), %(backfill_id)s, %(hold_seconds)s, gen_random_uuid()
   FROM unnest(%(scheduled)s::timestamptz[]) WITH ORDINALITY AS u(at, n)
  ORDER BY u.n
 ON CONFLICT (task_id, scheduled_for) WHERE kind = 'backfill' AND status IN ('queued', 'running') DO NOTHING
@@ -1204,7 +1217,8 @@ SELECT id, source, {{run_spec(t)}} AS spec_text, timezone FROM scheduler.tasks t
 SELECT * FROM (
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
             {{job_columns()}},
-            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id,
+            {{trace_hex()}} AS trace_id
        FROM scheduler.runs
       WHERE %(task_id)s::text IS NULL AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
@@ -1214,7 +1228,8 @@ SELECT * FROM (
     UNION ALL
     (SELECT id, task_id, scheduled_for, kind, status, attempt,
             {{job_columns()}},
-            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id
+            engine_id, claimed_at, started_at, finished_at, http_status, error, duration_ms, response_excerpt, backfill_id,
+            {{trace_hex()}} AS trace_id
        FROM scheduler.runs
       WHERE task_id = ANY(ARRAY[%(task_id)s::text]) AND (%(before)s::bigint IS NULL OR id < %(before)s)
         AND (%(status)s::text IS NULL OR status = %(status)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
@@ -1263,7 +1278,7 @@ RETURNING l.run_id;
 -- `locked`: FOR UPDATE (the callback that writes); the token is checked first without the lock.
 SELECT r.id, r.task_id, r.scheduled_for, r.kind, r.status, r.attempt, r.callback_hash, r.deadline_at,
        r.heartbeat_seconds, r.accepted_at, r.started_at, r.claimed_at, r.output, r.error, r.retry_at,
-       t.spec -> 'policy' AS policy, t.spec -> 'notify' AS notify, t.spec -> 'target' AS target,
+       r.trace_id, r.traceparent, t.spec -> 'policy' AS policy, t.spec -> 'notify' AS notify, t.spec -> 'target' AS target,
        COALESCE(%(now)s::timestamptz, now()) AS now
   FROM scheduler.runs r LEFT JOIN scheduler.tasks t ON t.id = r.task_id
  WHERE r.id = %(run_id)s;
@@ -1310,7 +1325,8 @@ UPDATE scheduler.runs
 -- Jobs past their deadline or heartbeat timeout (their lease expired, by the database's clock): any engine's
 -- upkeep ends them (run_leases_job_idx; SKIP LOCKED: engines scanning at once split them).
 SELECT r.id, r.task_id, r.scheduled_for, r.kind, r.status, r.attempt, r.deadline_at, r.heartbeat_seconds,
-       r.accepted_at, r.heartbeat_at, t.spec -> 'policy' AS policy, t.spec -> 'notify' AS notify,
+       r.accepted_at, r.heartbeat_at, r.started_at, r.trace_id, r.traceparent,
+       t.spec -> 'policy' AS policy, t.spec -> 'notify' AS notify,
        COALESCE(%(now)s::timestamptz, now()) AS now
   FROM scheduler.run_leases l
   JOIN scheduler.runs r ON r.id = l.run_id

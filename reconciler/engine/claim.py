@@ -10,11 +10,13 @@ Only then are requests sent (by `runner.py`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from reconciler.clock import utc_text
 from reconciler.db import queries
@@ -28,6 +30,7 @@ from reconciler.notify.events import Ended, ended_of, outbox_insert, record_ende
 from reconciler.runs import RECORDED
 from reconciler.spec.task import TaskSpec
 from reconciler.targets.http import idempotency_key
+from reconciler.tracing import RunTrace
 
 log = logging.getLogger("reconciler.engine")
 
@@ -49,6 +52,13 @@ class Claimed:
     # request takes a token of its own, as a retry does)
     first_token: bool = False
     first_attempt: int = 1  # a job's retry (queued again by jobs.py) goes on from the attempts made
+    trace_id: Any = None  # its row's (a UUID); None: a row written before traces were (a trace of its own, not stored)
+    traceparent: str | None = None  # a manual run's caller's (`trigger --traceparent`)
+
+    @functools.cached_property
+    def trace(self) -> RunTrace:
+        """Its place in its trace (tracing.py)."""
+        return RunTrace.of(self.run_id, self.trace_id, self.traceparent)
 
     @property
     def key(self) -> str:
@@ -212,6 +222,8 @@ class Claimer:
                 s.row["kind"],
                 s.spec,
                 first_attempt=s.row["attempt"] + 1,
+                trace_id=s.row["trace_id"],
+                traceparent=s.row["traceparent"],
             )
             for s in plan.begun
             if s.spec is not None
@@ -295,6 +307,7 @@ class Claimer:
                 continue
             run = Claimed(row["run_id"], row["task_id"], row["scheduled_for"], row["kind"], found.spec)
             run.first_attempt = row["attempt"] + 1
+            run.trace_id, run.traceparent = row["trace_id"], row["traceparent"]
             run.deadline = leased_at + max(0.0, row["lease_left"] - self.lease_margin / 2)
             # Which of its limits have a rate is not known here: each request asks all of them for a token (one
             # without a rate always has one), the first too (its claim's token is long past).
@@ -312,7 +325,12 @@ class Claimer:
             decision = insert.decision
             if decision.status == "running":
                 run = Claimed(
-                    row["id"], insert.task_id, decision.scheduled_for, decision.kind, plan.specs[insert.task_id]
+                    row["id"],
+                    insert.task_id,
+                    decision.scheduled_for,
+                    decision.kind,
+                    plan.specs[insert.task_id],
+                    trace_id=row["trace_id"],
                 )
                 claimed.append(run)
             else:

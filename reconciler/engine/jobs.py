@@ -37,6 +37,7 @@ from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.values import EnvRef
 from reconciler.targets.http import MAX_RETRY_AFTER, Attempt, NotPrepared
 from reconciler.targets.secrets import EnvProblem, RunSecrets, storable
+from reconciler.tracing import RunEnd, RunTrace, Tracer
 
 log = logging.getLogger("reconciler.engine")
 
@@ -132,6 +133,11 @@ def recorded(row: CallbackRow) -> dict[str, Any]:
     return body
 
 
+def trace_of(row: JobRow) -> RunTrace:
+    """A job's run's place in its trace."""
+    return RunTrace.of(row["id"], row["trace_id"], row["traceparent"])
+
+
 def still_on(locked: tuple[str, str | None] | None, row: CallbackRow) -> bool:
     """Whether the attempt a callback read is still on once its row is locked: neither ended nor retried since."""
     return locked is not None and locked[1] == row["callback_hash"] and locked[0] in ("running", "lost")
@@ -140,8 +146,15 @@ def still_on(locked: tuple[str, str | None] | None, row: CallbackRow) -> bool:
 class Jobs:
     """The callbacks' and the upkeep's side of jobs, on any engine."""
 
-    def __init__(self, store: Store, policy: EnvPolicy | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        policy: EnvPolicy | None = None,
+        env: Mapping[str, str] | None = None,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.store = store
+        self.tracer = tracer or Tracer()  # callbacks and the jobs' ends join their runs' traces
         self.policy = policy or EnvPolicy()
         self.env: Mapping[str, str] = env if env is not None else os.environ
         # Told of each callback answered (route, HTTP status) and each job this engine ended (task id, status,
@@ -186,7 +199,7 @@ class Jobs:
             await job_queries.write(conn, [job_queries.job_heartbeat(run_id=run_id, progress=stored)])
             return Answer(200, {"status": "running"})
 
-        return self._count("heartbeat", await self._on_attempt(run_id, token, beat))
+        return await self._on_attempt("heartbeat", run_id, token, beat)
 
     async def complete(self, run_id: int, token: str, status: str, output: Any, error: str | None) -> Answer:
         """`POST …/complete`: the job's outcome. The first completion wins."""
@@ -199,25 +212,30 @@ class Jobs:
             final = await self._end(conn, row, status, reason, stored)
             return Answer(200, {"status": final, **({"retrying": True} if final == "queued" else {})})
 
-        return self._count("complete", await self._on_attempt(run_id, token, end))
+        return await self._on_attempt("complete", run_id, token, end)
 
     async def _on_attempt(
-        self, run_id: int, token: str, act: Callable[[Conn, CallbackRow, RunSecrets], Awaitable[Answer]]
+        self, route: str, run_id: int, token: str, act: Callable[[Conn, CallbackRow, RunSecrets], Awaitable[Answer]]
     ) -> Answer:
         """`act` on the attempt this token is for, in a transaction holding its run's row, while the attempt is on;
-        else the answer to a callback on an attempt that is over, or to a wrong token."""
+        else the answer to a callback on an attempt that is over, or to a wrong token. Counted, and a span of the
+        run's trace when its token was right."""
         row = await self._find(run_id, token)
         if row is None:
-            return NOT_FOUND
-        if (standing := self._standing(row)) is not None:
-            return standing
-        secrets = scrubber(row["target"], self.env, self.policy)
-        async with self.store.pipelined_transaction() as conn:
-            if still_on(await job_queries.job_lock(conn, run_id=run_id), row):
-                return await act(conn, row, secrets)
-        # a racing callback or the upkeep ended the attempt first: answer as to a callback after it
-        row = await self._find(run_id, token)
-        return NOT_FOUND if row is None else self._standing(row) or NOT_FOUND
+            return self._count(route, NOT_FOUND)
+        answer = self._standing(row)
+        if answer is None:
+            secrets = scrubber(row["target"], self.env, self.policy)
+            async with self.store.pipelined_transaction() as conn:
+                if still_on(await job_queries.job_lock(conn, run_id=run_id), row):
+                    answer = await act(conn, row, secrets)
+            if answer is None:
+                # a racing callback or the upkeep ended the attempt first: answer as to a callback after it
+                again = await self._find(run_id, token)
+                answer = NOT_FOUND if again is None else self._standing(again) or NOT_FOUND
+        if self.tracer.enabled:
+            self.tracer.callback(trace_of(row), route, answer.status)
+        return self._count(route, answer)
 
     async def _end(self, conn: Conn, row: JobRow, status: str, error: str | None, output: Any) -> str:
         """End a job's attempt in the caller's transaction: retried (queued) when it failed or timed out with
@@ -232,6 +250,8 @@ class Jobs:
             return "queued"
         statements = job_queries.job_end(run_id=row["id"], status=status, error=error, output=output)
         await job_queries.write(conn, statements)
+        if self.tracer.enabled:
+            self._span(row, status, error)
         found = ended_of(None, row["notify"])
         if found is not None:
             detail = {"error": error, "attempt": row["attempt"]}
@@ -241,6 +261,16 @@ class Jobs:
         for observer in self.on_ended:
             observer(row["task_id"], status, seconds)
         return status
+
+    def _span(self, row: JobRow, status: str, error: str | None) -> None:
+        """The run's span, now that its job has ended: from its first request to now, by the database's clock."""
+        ended = row["now"].timestamp()
+        started = row["started_at"].timestamp() if row["started_at"] is not None else ended
+        scheduled = utc_iso(row["scheduled_for"])
+        end = RunEnd(
+            trace_of(row), row["task_id"], row["kind"], scheduled, status, started, ended, row["attempt"], error
+        )
+        self.tracer.run(end)
 
     async def end_overdue(self, now: datetime | None = None, limit: int = OVERDUE_BATCH) -> int:
         """End the jobs past their deadline or heartbeat timeout (`timed_out`, or queued for a retry); how many."""

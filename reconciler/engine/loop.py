@@ -37,6 +37,7 @@ from reconciler.notify.delivery import Deliverer
 from reconciler.spec.backoff import backoff_delay
 from reconciler.spec.environment import EnvPolicy
 from reconciler.targets.http import Firer, Outcome
+from reconciler.tracing import Tracer
 
 __all__ = ["Engine", "EngineConfig", "Observer", "back_off", "default_engine_id"]
 
@@ -77,10 +78,19 @@ class Engine:
     """One engine: claims (claim.py) and fires (runner.py) in serve()'s loop, paced (pacing.py), beside its
     upkeep (upkeep.py), and drains at stop."""
 
-    def __init__(self, store: Store, config: EngineConfig, firer: Firer | None = None, clock: Clock = DATABASE) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: EngineConfig,
+        firer: Firer | None = None,
+        clock: Clock = DATABASE,
+        tracer: Tracer | None = None,
+    ) -> None:
         self.store = store
         self.config = config
         self.firer = firer or Firer(concurrency=config.concurrency, policy=EnvPolicy(config.allow_env))
+        self.tracer = tracer or Tracer()  # spans of runs (tracing.py): none unless OpenTelemetry's is given
+        self.firer.tracer = self.tracer
         self.clock = clock
         self.claimer = Claimer(store, config.engine_id, config.batch, config.sources, config.lease_margin)
         self.results = Results(store, clock)
@@ -99,7 +109,9 @@ class Engine:
         self._more_due = True  # the last claim to end took all it asked for: more may be due
         self.observers: list[Observer] = []
         # heartbeat, retention, late scan; the heartbeat says whether LISTEN is up (for `status` and /engines)
-        self.jobs = Jobs(store, EnvPolicy(config.allow_env))  # callbacks (web/callbacks.py) and overdue jobs
+        self.jobs = Jobs(
+            store, EnvPolicy(config.allow_env), tracer=self.tracer
+        )  # callbacks (web/callbacks.py) and overdue jobs
         self.upkeep = Upkeep(store, config, lambda: self.clock, self.jobs, lambda: self.listener.connected)
         self.outage = Outage()  # the database's state, logged once per change
         self.listener = Listener(store, config.listen_dsn)  # NOTIFYs wake the claim loop (see listener.py)

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from reconciler.clock import Clock, utc_iso, utc_text
+from reconciler.clock import DATABASE, Clock, utc_iso, utc_text
 from reconciler.db import queries
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimed, Report
@@ -18,8 +18,11 @@ from reconciler.engine.limits import retry_token
 from reconciler.engine.results import Results, attempt_params
 from reconciler.notify.events import Ended, ended_of
 from reconciler.targets.http import Attempt, Firer, Outcome
+from reconciler.targets.request import Request
+from reconciler.tracing import RunEnd
 
 log = logging.getLogger("reconciler.engine")
+clock_seconds = DATABASE.timestamp  # a run span's times, by the database's clock
 
 
 class Observer(Protocol):
@@ -54,25 +57,34 @@ async def execute(
 
     # Progress is written between attempts: a run of one attempt has none to write.
     progress = on_attempt if claimed.spec.policy.retries else None
-    target, job = claimed.spec.target, None
+    target, job, started = claimed.spec.target, None, clock_seconds()
     if target.callback and public_url is not None:
         assert target.deadline_seconds is not None
         job = JobAttempts(store, claimed.run_id, public_url, target.deadline_seconds, target.heartbeat_seconds)
+    trace = firer.tracer.sampled(claimed.trace)
     try:
         if target.callback and job is None:
             outcome = Outcome("failed", [Attempt(claimed.first_attempt, error=NO_PUBLIC_URL)])
         else:
-            outcome = await firer.fire(
+            request = Request(
+                target,
                 claimed.task_id,
-                claimed.spec,
                 claimed.scheduled_for,
+                claimed.key,
+                job.prepare if job is not None else None,
+                claimed.run_id,
+                claimed.kind,
+                trace,
+                target.signing,
+            )
+            outcome = await firer.fire(
+                request,
+                claimed.spec,
                 progress,
                 claimed.deadline,
-                claimed.key,
                 token if claimed.rated else None,
                 claimed.first_token,
                 claimed.first_attempt,
-                job.prepare if job is not None else None,
             )
     except Exception as exc:  # a bug in firing: recorded on this run, the engine goes on
         log.error("run %s failed inside the engine: %s", claimed.task_id, type(exc).__name__, exc_info=True)
@@ -93,6 +105,22 @@ async def execute(
         }
         result["ended"] = Ended(claimed.task_id, claimed.run_id, claimed.scheduled_for, outcome.status, *found, detail)
     results.add(result)
+    if firer.tracer.enabled:
+        last = outcome.last
+        firer.tracer.run(
+            RunEnd(
+                trace,
+                claimed.task_id,
+                claimed.kind,
+                utc_iso(claimed.scheduled_for),
+                outcome.status,
+                started,
+                clock_seconds(),
+                last.attempt,
+                last.error,
+                last.http_status,
+            )
+        )
     log_outcome(claimed, outcome, outcome.status)
     for observer in observers:
         observer.finished(claimed, outcome)

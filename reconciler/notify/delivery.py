@@ -25,7 +25,8 @@ from reconciler.spec.backoff import backoff_delay
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.notifier import SlackNotifier, WebhookNotifier, parse_spec
 from reconciler.spec.target import Target
-from reconciler.targets.http import Attempt, Firer, Request
+from reconciler.targets.http import Attempt, Firer
+from reconciler.targets.request import Request
 
 log = logging.getLogger("reconciler.engine")
 

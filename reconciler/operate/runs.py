@@ -26,13 +26,14 @@ class Triggered:
     now: datetime
 
 
-async def trigger(store: Store, task_id: str, operator: Operator) -> Triggered:
-    """Queue a manual run of `task_id` now; an unknown task is a UserError."""
+async def trigger(store: Store, task_id: str, operator: Operator, traceparent: str | None = None) -> Triggered:
+    """Queue a manual run of `task_id` now, in the trace of `traceparent` (a valid W3C one) when given; an unknown
+    task is a UserError."""
     async with store.transaction() as conn:
         found = await command_queries.task_get(conn, id=task_id)
         if not found:
             raise UserError(f"unknown task {task_id!r}; see `reconciler status` for the ids")
-        [row] = await command_queries.run_queue_manual(conn, task_id=task_id, now=None)
+        [row] = await command_queries.run_queue_manual(conn, task_id=task_id, now=None, traceparent=traceparent)
         await record(conn, operator, "trigger", found[0]["source"], [task_id], {"run_id": row["id"]})
         await Store.notify(conn, json.dumps({"source": "trigger", "count": 1, "ids": [task_id]}))
         pause = (await operator_queries.pauses_readable(conn, ids=[task_id])).get(task_id)

@@ -1,4 +1,5 @@
-"""A task's target and how its run ends: at the response (the default), or when the job the request started
+"""A task's target (what its requests carry, signed if asked) and how its run ends: at the response (the
+default), or when the job the request started
 reports back (`completion = "callback"`, docs/jobs.md) by its deadline, heartbeating if asked to."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from reconciler.spec.signing import Signing
 from reconciler.spec.target import Target
 from reconciler.spec.trigger import checked_duration, duration_seconds
 from reconciler.spec.values import DAY
@@ -37,6 +39,7 @@ class TaskTarget(Target):
     completion: Literal["response", "callback"] = Field(default="response", exclude_if=lambda v: v == "response")
     deadline: str | None = None  # callback: the run ends timed_out past it, counted from each attempt's request
     heartbeat_timeout: str | None = None  # callback: timed_out when no heartbeat came for that long
+    signing: Signing | None = Field(default=None, exclude_if=lambda v: v is None)  # absent: specs keep their hash
 
     @field_validator("deadline")
     @classmethod

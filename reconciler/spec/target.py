@@ -21,7 +21,19 @@ MAX_URL = 8000  # RFC 9110 §4.1: senders and recipients should support at least
 # Header and query-parameter names that carry credentials (case-insensitive substrings; "sig" whole).
 CREDENTIAL_WORDS = ("auth", "cookie", "credential", "key", "passwd", "password", "secret", "signature", "token")
 CREDENTIAL_NAMES = ("sig",)
-ENGINE_HEADERS = ("idempotency-key", "x-reconciler-attempt", "x-reconciler-scheduled-for", "x-reconciler-task")
+# Every header the engine sets (docs/requests.md's table): a task's own headers may not name one.
+ENGINE_HEADERS = (
+    "idempotency-key",
+    "user-agent",
+    "x-reconciler-attempt",
+    "x-reconciler-callback",
+    "x-reconciler-kind",
+    "x-reconciler-run-id",
+    "x-reconciler-scheduled-for",
+    "x-reconciler-task",
+    "traceparent",
+)
+SIGNING_HEADERS = ("webhook-id", "webhook-signature", "webhook-timestamp")  # [target.signing]'s
 FRAMING_HEADERS = ("content-length", "transfer-encoding")
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
 HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space, tab
@@ -162,6 +174,11 @@ class Target(Model):
             lowered = name.lower()
             if lowered in ENGINE_HEADERS:
                 raise ValueError(f"the engine sets {name} on every request; remove it")
+            if lowered in SIGNING_HEADERS:
+                raise ValueError(
+                    f"the engine sets {name} when the request is signed; remove it and use [target.signing] "
+                    'kind = "standard-webhooks"'
+                )
             if lowered in FRAMING_HEADERS:
                 raise ValueError(f"the HTTP client sets {name} from the body; remove it")
             if lowered in seen:

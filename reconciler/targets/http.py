@@ -12,25 +12,25 @@ import asyncio
 import email.utils
 import functools
 import hashlib
-import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import aiohttp
 import yarl
 
-from reconciler.clock import DATABASE, utc_iso, utc_stamp
+from reconciler.clock import DATABASE, utc_stamp
 from reconciler.spec.backoff import backoff_delay
 from reconciler.spec.environment import EnvPolicy
 from reconciler.spec.target import HEADER_VALUE, BasicAuth, BearerAuth, OAuth2ClientCredentials, Target
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import EnvRef
 from reconciler.targets.oauth import TokenCache, TokenError
+from reconciler.targets.request import USER_AGENT, Request, compact_json
 from reconciler.targets.secrets import EnvProblem, RunSecrets
+from reconciler.tracing import Tracer
 
 EXCERPT_BYTES = 1024
 MAX_RETRY_AFTER = 3600.0
@@ -117,22 +117,6 @@ def header_value(name: str, value: str | EnvRef, secrets: RunSecrets, key: str) 
 
 
 OnAttempt = Callable[[Attempt], Awaitable[None]]
-# A job's attempt (completion = "callback"), before its request leaves: the headers it adds (its callback URL)
-# and the secrets among them (its token), scrubbed like the task's own from what the target answers.
-Prepared = tuple[dict[str, str], tuple[str, ...]]
-Prepare = Callable[[int], Awaitable[Prepared]]
-
-
-@dataclass(frozen=True)
-class Request:
-    """What every attempt of one run sends: its target, task, occurrence and Idempotency-Key; `prepare`, a job's
-    (completion = "callback"), called before each attempt's request leaves."""
-
-    target: Target
-    task_id: str
-    scheduled_for: datetime
-    key: str
-    prepare: Prepare | None = None
 
 
 class NotPrepared(Exception):
@@ -196,11 +180,6 @@ def redirect_hint(response: aiohttp.ClientResponse, secrets: RunSecrets) -> str:
     return f"; redirects to {shown}, which is not followed: set the url to it"
 
 
-def compact_json(value: Any) -> str:
-    """JSON bodies as the SPEC's examples show them: no spaces after separators."""
-    return json.dumps(value, separators=(",", ":"))
-
-
 @functools.lru_cache(maxsize=50_000)  # as many as the engine keeps compiled specs (claim.MAX_COMPILED)
 def parsed_url(text: str) -> yarl.URL:
     """A target's URL, parsed once (when its spec is compiled, see claim.py), not on every request."""
@@ -213,6 +192,7 @@ def new_session(connections: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
         cookie_jar=aiohttp.DummyCookieJar(),
+        headers={"User-Agent": USER_AGENT},  # a token request's too
         timeout=aiohttp.ClientTimeout(total=None),  # each attempt's deadline is an asyncio.timeout (see _send)
         trust_env=False,
         json_serialize=compact_json,
@@ -231,6 +211,7 @@ class Firer:
         self.policy = policy or EnvPolicy()
         self.tokens = TokenCache(self.session)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self.tracer = Tracer()  # the engine's (tracing.from_environment): spans of attempts, when it records any
         self.resting = 0  # runs waiting out a jitter or backoff (they hold no slot)
         self.on_rest: Callable[[], None] | None = None  # told when a run starts a rest (Engine._fill)
         self.sent = 0  # attempts made, and the seconds they held their slots: the capacity (see Engine)
@@ -253,17 +234,15 @@ class Firer:
         return RunSecrets(self.env, self.policy)
 
     async def _headers(
-        self, request: Request, attempt: int, secrets: RunSecrets, extra: Mapping[str, str]
+        self, request: Request, attempt: Attempt, span_id: str | None, secrets: RunSecrets, extra: Mapping[str, str]
     ) -> dict[str, str]:
         target = request.target
         headers = {
             name: header_value(name, value, secrets, f"target.headers.{name}") for name, value in target.headers.items()
         }
         headers.update(extra)
-        headers["X-Reconciler-Task"] = request.task_id
-        headers["X-Reconciler-Scheduled-For"] = utc_iso(request.scheduled_for)
-        headers["X-Reconciler-Attempt"] = str(attempt)
-        headers["Idempotency-Key"] = request.key
+        attempt.sent_at = DATABASE.timestamp()
+        headers.update(request.headers(attempt.attempt, span_id, attempt.sent_at, secrets))
         auth = target.auth
         if isinstance(auth, BearerAuth):
             token = header_value("Authorization", auth.token, secrets, "target.auth.token")
@@ -291,28 +270,20 @@ class Firer:
                 secrets.remember_sent(value, pair.partition("=")[2])
         return url
 
-    @staticmethod
-    def _request_args(target: Target) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"allow_redirects": False}
-        if target.json_body is not None:
-            kwargs["json"] = target.json_body
-        elif target.body is not None:
-            kwargs["data"] = target.body.encode()
-        return kwargs
-
-    async def _exchange(self, request: Request, attempt: Attempt, secrets: RunSecrets) -> None:
+    async def _exchange(self, request: Request, attempt: Attempt, secrets: RunSecrets, span_id: str | None) -> None:
         """Build, send and read one attempt (the caller bounds it with the deadline)."""
         target = request.target
-        url, kwargs = self._url(target, secrets), self._request_args(target)
+        url = self._url(target, secrets)
         session = self.session()
         extra: dict[str, str] = {}
         if request.prepare is not None:
             extra, hidden = await request.prepare(attempt.attempt)
             secrets.remember(*hidden, *extra.values())
         for refresh in (False, True):
-            headers = await self._headers(request, attempt.attempt, secrets, extra)
-            attempt.sent_at = DATABASE.timestamp()
-            async with session.request(target.method, url, headers=headers, **kwargs) as response:
+            headers = await self._headers(request, attempt, span_id, secrets, extra)
+            async with session.request(
+                target.method, url, headers=headers, data=request.body, allow_redirects=False
+            ) as response:
                 is_oauth = isinstance(target.auth, OAuth2ClientCredentials)
                 if response.status == 401 and is_oauth and not refresh:
                     # One refresh-and-retry: the cached token may have been revoked early.
@@ -333,13 +304,28 @@ class Firer:
 
     async def send(self, request: Request, number: int, budget: float) -> Attempt:
         """One attempt of `request`, within its target's timeout and `budget` seconds; never raises."""
-        attempt = Attempt(number)
+        if request.trace is None:
+            return await self._send(request, Attempt(number), budget, None)
+        attributes = {
+            "reconciler.task_id": request.task_id,
+            "reconciler.run_id": request.run_id,
+            "reconciler.attempt": number,
+            "http.request.method": request.target.method,
+            "server.address": parsed_url(request.target.url).host,
+        }
+        with self.tracer.attempt(request.trace, attributes) as span:
+            attempt = await self._send(request, Attempt(number), budget, span.span_id)
+            span.attributes["http.response.status_code"] = attempt.http_status
+            span.error = attempt.error
+        return attempt
+
+    async def _send(self, request: Request, attempt: Attempt, budget: float, span_id: str | None) -> Attempt:
         secrets = self.secrets()
         timeout = min(float(request.target.timeout_seconds), budget)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(timeout):
-                await self._exchange(request, attempt, secrets)
+                await self._exchange(request, attempt, secrets, span_id)
         except Exception as exc:  # every failure of one attempt is that attempt's result
             reason, attempt.transient = _classify(exc, timeout)
             if timeout < request.target.timeout_seconds and isinstance(exc, TimeoutError):
@@ -352,30 +338,25 @@ class Firer:
 
     async def fire(
         self,
-        task_id: str,
+        request: Request,
         spec: TaskSpec,
-        scheduled_for: datetime,
         on_attempt: OnAttempt | None = None,
         deadline: float | None = None,
-        key: str | None = None,
         token: Token | None = None,
         first_token: bool = False,
         first: int = 1,
-        prepare: Prepare | None = None,
     ) -> Outcome:
         """Send the request; retry on connect errors, cut-off responses, 5xx and 429 as the policy says.
 
         `deadline` (time.monotonic()) is when the run's lease ends: no attempt runs past it and
         no backoff wait that would cross it is started; the run fails with the reason instead.
-        `key` is the Idempotency-Key (default: the scheduled occurrence's).
         `token`: the run counts against a rate limit (no jitter then: the limit spreads the requests). Every retry
         takes a token of its own just before it leaves (`token()`: 0 when taken, else the seconds until one may be),
         and so does the first request unless its claim took one for it (`first_token`).
-        `first`: the number of the first attempt (a job's retry goes on from the attempts made); `prepare`: a job's
-        (completion = "callback"), called before each attempt's request: a 2xx then means `accepted`, not done.
+        `first`: the number of the first attempt (a job's retry goes on from the attempts made). A job's request
+        (completion = "callback", `request.prepare` given) ends `accepted` at a 2xx, not done.
         """
-        key = key or idempotency_key(task_id, scheduled_for)
-        request = Request(spec.target, task_id, scheduled_for, key, prepare)
+        key, prepare = request.key, request.prepare
         delay = jitter_seconds(key, spec.policy.jitter_seconds) if token is None and first == 1 else 0
         if delay:
             await self._rest(delay)
