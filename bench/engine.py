@@ -15,7 +15,11 @@ In one run, on the same sink (`bench/sink.py`, a raw asyncio server on 127.0.0.1
 (f) the peak RSS (VmHWM) of every engine process;
 (g) the cost of limits: the 1-engine run of (a) again with every task counted against one limit that never binds
     (max_in_flight and rate_per_second far above what the run reaches), alternated with (a) ROUNDS times: the
-    claim locks and reads the limit, shares its room and writes its bucket back, where (a) skips all of that.
+    claim locks and reads the limit, shares its room and writes its bucket back, where (a) skips all of that;
+(h) the cost of tracing: the 1-engine run of (a) again with the OTEL_* variables set (OpenTelemetry's SDK exporting
+    a span per run and per attempt over OTLP/HTTP to the sink, which counts them), alternated with (a) ROUNDS times;
+    (a) itself has tracing off (every request carries a traceparent, nothing of OpenTelemetry is loaded), and its
+    ratio to the client ceiling (b) is compared with the same ratio in the results file this run replaces.
 Results: bench/results/engine.json.
 """
 
@@ -60,7 +64,7 @@ BATCH = 1000  # the engines' --batch, and the bare claim loops'
 SLOW_CONCURRENCY = 500
 LEAD_SECONDS = 6.0  # tasks fall due this long (plus 1 s per 600 files) after the apply starts: every engine waits
 ROUNDS = 5  # the 1-engine run, the client ceiling and the raw claim loop alternate this many times (medians compared)
-PAIRED = ("fire1", "client", "raw_claim", "fire1_limited")
+PAIRED = ("fire1", "client", "raw_claim", "fire1_limited", "fire1_traced")
 WIDE = "wide"  # (g)'s limit: never binding
 WIDE_FILE = "max_in_flight = 100000\nrate_per_second = 100000.0\n"  # limits.d/wide.toml
 QUIET_SECONDS = 15.0  # a scenario ends when everything arrived, or nothing arrived for this long
@@ -215,13 +219,27 @@ def percentile(values: list[float], share: float) -> float:
     return values[min(len(values) - 1, max(0, round(len(values) * share) - 1))]
 
 
+def traced(url: str) -> dict[str, str]:
+    """(h)'s OTEL_* variables: spans exported over OTLP/HTTP to the sink."""
+    return {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{url}/v1/traces", "OTEL_SERVICE_NAME": "reconciler-bench"}
+
+
 def scenario(
-    dsn: str, url: str, workdir: Path, name: str, engines: int, count: int, due: Callable[[int], Due], *args: str
+    dsn: str,
+    url: str,
+    workdir: Path,
+    name: str,
+    engines: int,
+    count: int,
+    due: Callable[[int], Due],
+    *args: str,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start `engines` processes, apply `count` tasks that `due` makes due shortly, read the sink."""
     SINK.post(f"{url}/_reset")
     root = workdir / name
-    env = {**os.environ, "RECONCILER_DSN": dsn}
+    untraced = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env = {**untraced, "RECONCILER_DSN": dsn, **(extra_env or {})}
     # Logs go to a file: an unread pipe fills after ~800 run lines and blocks the engine.
     log_path = workdir / f"{name}.log"
     command = [sys.executable, "-m", "reconciler", "engine", "--max-sleep", "1", *args]
@@ -276,6 +294,8 @@ def scenario(
         "neighbours_cpu_ms_per_fire": others,  # PostgreSQL's and the sink's, in the same window
         "engine_args": args,
     }
+    if got.get("trace_exports"):
+        row["trace_exports"], row["trace_bytes"] = got["trace_exports"], got["trace_bytes"]
     assert got["count"] == count == got["keys_unique"], f"{name}: {got['count']} of {count} fired; see {log_path}"
     return row
 
@@ -404,6 +424,9 @@ def measure(dsn: str, url: str, work: Path, wanted: set[str]) -> dict[str, Any]:
             lambda n: once_soon(n, policy=f'limits = ["{WIDE}"]\n'),
             *engine_args,
         ),
+        "fire1_traced": lambda: scenario(
+            dsn, url, work, "fire1_traced", 1, TASKS, once_soon, *engine_args, extra_env=traced(url)
+        ),
         "client": lambda: asyncio.run(client_ceiling(url, TASKS, CONCURRENCY)),
         "raw_claim": lambda: raw_claim_loop(dsn, TASKS, BATCH),
         "engine_claim": lambda: asyncio.run(engine_claim_loop(dsn, TASKS, BATCH)),
@@ -467,6 +490,13 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
         "limited_vs_unlimited": ratio(got["fire1_limited"]["fires_per_second"], one)
         if "fire1_limited" in got
         else None,
+        "traced": got.get("fire1_traced"),
+        "traced_vs_untraced": ratio(got["fire1_traced"]["fires_per_second"], one) if "fire1_traced" in got else None,
+        "traced_cpu_vs_untraced": ratio(
+            got["fire1_traced"]["engine_cpu_ms_per_fire"], got["fire1"]["engine_cpu_ms_per_fire"]
+        )
+        if "fire1_traced" in got
+        else None,
         "peak_rss_mib_max": max(max(got[k]["peak_rss_mib"]) for k in ("fire1", "fire3", "burst", "slow")),
     }
     for row in results["throughput"]:
@@ -500,7 +530,26 @@ def summarize(got: dict[str, Any]) -> dict[str, Any]:
             f"{results['limited_vs_unlimited']} of (a)'s 1 engine without (medians of {ROUNDS} alternated rounds: "
             f"limited {results['limited'].get('rounds')}, without {got['fire1'].get('rounds')})"
         )
+    if (on := results["traced"]) is not None:
+        off = got["fire1"]
+        print(
+            f"(h) tracing on (OTLP/HTTP to the sink, {on.get('trace_exports')} exports): "
+            f"{on['fires_per_second']} fires/s, {results['traced_vs_untraced']} of (a)'s tracing off; "
+            f"engine CPU {on['engine_cpu_ms_per_fire']} ms/fire vs {off['engine_cpu_ms_per_fire']} "
+            f"({results['traced_cpu_vs_untraced']}) (medians of {ROUNDS} alternated rounds: traced "
+            f"{on.get('rounds')}, off {off.get('rounds')})"
+        )
     return results
+
+
+def baseline_ratio() -> float | None:
+    """(a)'s 1 engine vs the client ceiling in the results file this run replaces (the code before it)."""
+    path = Path(__file__).with_name("results") / "engine.json"
+    try:
+        value = json.loads(path.read_text()).get("one_engine_vs_client")
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def start_sink() -> tuple[subprocess.Popen[str], str]:
@@ -525,7 +574,13 @@ def main() -> None:
     if wanted:
         print(json.dumps(got, indent=2, default=str))
         return
+    before = baseline_ratio()
     results = summarize(got)
+    results["one_engine_vs_client_before"] = before
+    print(
+        f"tracing off: 1 engine = {results['one_engine_vs_client']} of the client ceiling; "
+        f"{before} in the results this run replaces"
+    )
     load = {"load_average_before": load_before, "load_average_after": load_average()}
     print(f"load average {load_before} → {load['load_average_after']}")
     print(f"wrote {write_results('engine', {**load, **results})}")

@@ -1,8 +1,9 @@
 """A fast HTTP sink on 127.0.0.1 for engine benchmarks: answers 204, records arrival lag.
 
 `python -m bench.sink PORT` serves until killed; a path under `/slow/` is answered after
-SLOW_SECONDS. `GET /_stats` returns {"count", "lags": [arrival − X-Reconciler-Scheduled-For,
-s], "keys_unique", "first" (arrival), "last" (arrival), "done" (last answer sent)}.
+SLOW_SECONDS; `POST /v1/traces` is an OTLP/HTTP collector that counts what it is sent (not a fire).
+`GET /_stats` returns {"count", "lags": [arrival − X-Reconciler-Scheduled-For, s], "keys_unique",
+"first" (arrival), "last" (arrival), "done" (last answer sent), "trace_exports", "trace_bytes"}.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class Sink:
         self.first = 0.0
         self.last = 0.0
         self.done = 0.0
+        self.trace_exports = 0  # OTLP/HTTP requests (span batches) received, and their bytes
+        self.trace_bytes = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -44,12 +47,20 @@ class Sink:
                             "first": self.first,
                             "last": self.last,
                             "done": self.done,
+                            "trace_exports": self.trace_exports,
+                            "trace_bytes": self.trace_bytes,
                         }
                     ).encode()
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 elif lines[0].startswith("GET /_count"):
                     body = str(self.count).encode()
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                elif lines[0].startswith("POST /v1/traces"):
+                    self.trace_exports += 1
+                    self.trace_bytes += length
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
+                    )
                 elif lines[0].startswith("POST /_reset"):
                     self.__init__()  # type: ignore[misc]
                     writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")

@@ -103,6 +103,17 @@ def cli(dsn: str | None, tasks: Path | None, *args: str) -> tuple[int, str, str]
     return run_main([*(["--dsn", dsn] if dsn else []), *(["--tasks-dir", str(tasks)] if tasks else []), *args])
 
 
+def validate_line(root: Path, text: str) -> tuple[str, str]:
+    """`validate` of one task file `root/tasks.d/etl.toml` holding `text`, which must fail: (the one line naming the
+    file, the whole stderr, never a traceback)."""
+    (root / "tasks.d").mkdir()
+    (root / "tasks.d" / "etl.toml").write_text(text)
+    code, _out, err = cli(None, root / "tasks.d", "validate")
+    assert code != 0 and "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "etl.toml:" in line]
+    return line, err
+
+
 def unnamed_mistakes(stderr: str, folder: str, cases: Mapping[str, tuple[str, str]]) -> list[str]:
     """The files of `cases` ({file name: (key, a piece of its message)}) that no line of `stderr` names as
     `…FOLDER/NAME.toml:LINE: KEY: …PIECE…`: a `validate` run reports every mistake, one line each."""

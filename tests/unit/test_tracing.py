@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconciler.tracing import TRACEPARENT, RunTrace, Tracer, run_span_id, traceparent_problem, wanted
+from tests.builders import cli
 
 CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -97,3 +98,10 @@ def test_without_otel_variables_nothing_of_opentelemetry_is_imported() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("given_", ["x" * 10_000, CALLER.upper(), "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "\x00"])
+def test_trigger_refuses_a_malformed_traceparent_in_one_line_without_echoing_it(given_: str) -> None:
+    code, _out, err = cli(None, None, "trigger", "t", "--traceparent", given_)
+    assert code != 0 and "--traceparent" in err and ("not a W3C traceparent" in err or "all zeros" in err)
+    assert "Traceback" not in err and "x" * 100 not in err
