@@ -5,6 +5,10 @@ an engine process of the current tree and one of REVISION (default BASELINE: the
 step 2), checked out into a temporary folder and put first on the engine's PYTHONPATH. The harness (files,
 apply, sink, measuring) is the current tree's for both, so only the engine differs. The medians and their ratio
 are printed and written to bench/results/versus.json; a ratio within the rounds' spread is "the same".
+
+`python -m bench.versus REVISION --traced` adds a third side, alternated with the two: the current engine with the
+OTEL_* variables set (OpenTelemetry exporting a span per run and per attempt over OTLP/HTTP to the sink, as
+bench.engine's (h)); written to bench/results/versus-tracing.json.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import write_results
-from bench.engine import BATCH, CONCURRENCY, TASKS, free_port, load_average, once_soon, scenario
+from bench.engine import BATCH, CONCURRENCY, TASKS, free_port, load_average, once_soon, scenario, traced
 from bench.reconcile import fresh_database
 from reconciler.cli.parser import tune_gc
 from reconciler.db.embedded import embedded_dsn
@@ -37,7 +41,9 @@ def checkout(revision: str, into: Path) -> Path:
     return into
 
 
-def one_round(dsn: str, url: str, workdir: Path, name: str, tree: Path | None) -> dict[str, Any]:
+def one_round(
+    dsn: str, url: str, workdir: Path, name: str, tree: Path | None, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The 1-engine scenario with the engine of `tree` (None: the current one). The engine starts in `workdir`:
     `python -m` puts its working directory first on the path, and the repository's would shadow `tree`."""
     saved, here = os.environ.get("PYTHONPATH"), Path.cwd()
@@ -46,7 +52,7 @@ def one_round(dsn: str, url: str, workdir: Path, name: str, tree: Path | None) -
     os.chdir(workdir)
     try:
         args = ("--concurrency", str(CONCURRENCY), "--batch", str(BATCH))
-        return scenario(dsn, url, workdir, name, 1, TASKS, once_soon, *args)
+        return scenario(dsn, url, workdir, name, 1, TASKS, once_soon, *args, extra_env=extra_env)
     finally:
         os.chdir(here)
         if saved is None:
@@ -64,13 +70,15 @@ def package_of(tree: Path | None, workdir: Path) -> str:
 
 def main() -> None:
     tune_gc()
-    revision = sys.argv[1] if len(sys.argv) > 1 else BASELINE
+    arguments = [arg for arg in sys.argv[1:] if arg != "--traced"]
+    tracing = "--traced" in sys.argv[1:]
+    revision = arguments[0] if arguments else BASELINE
     admin = embedded_dsn(Path(tempfile.gettempdir()) / "reconciler-bench-pg")
     sink = subprocess.Popen([sys.executable, "-m", "bench.sink", str(free_port())], stdout=subprocess.PIPE, text=True)
     assert sink.stdout is not None
     url = sink.stdout.readline().strip()
     load_before = load_average()
-    rates: dict[str, list[float]] = {"baseline": [], "now": []}
+    rates: dict[str, list[float]] = {"baseline": [], "now": [], **({"traced": []} if tracing else {})}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tree = checkout(revision, Path(tmp) / "baseline")
@@ -78,9 +86,10 @@ def main() -> None:
             assert sides["baseline"].startswith(str(tree)) and sides["now"].startswith(str(ROOT)), sides
             print(f"engines import: {sides}", flush=True)
             for index in range(ROUNDS):
-                for side, path in (("baseline", tree), ("now", None)):
+                for side in rates:
                     dsn = fresh_database(admin, f"reconciler_bench_versus_{side}_{index}")
-                    row = one_round(dsn, url, Path(tmp), f"{side}-{index}", path)
+                    path, extra = (tree if side == "baseline" else None), (traced(url) if side == "traced" else None)
+                    row = one_round(dsn, url, Path(tmp), f"{side}-{index}", path, extra)
                     rates[side].append(row["fires_per_second"])
                     print(f"round {index + 1}: {side} {row['fires_per_second']} fires/s", flush=True)
     finally:
@@ -92,10 +101,23 @@ def main() -> None:
         f"1 engine, {TASKS} tasks: now {medians['now']} fires/s, {revision} {medians['baseline']} fires/s: "
         f"ratio {ratio} (medians of {ROUNDS} alternated rounds; spread of the rounds: {spread})"
     )
+    results: dict[str, Any] = {
+        "baseline_revision": revision,
+        "rounds": rates,
+        "medians": medians,
+        "ratio": ratio,
+        "spread": spread,
+    }
+    if tracing:
+        results["traced_vs_now"] = round(medians["traced"] / medians["now"], 3)
+        results["traced_vs_baseline"] = round(medians["traced"] / medians["baseline"], 3)
+        print(
+            f"tracing on: {medians['traced']} fires/s: {results['traced_vs_now']} of now with tracing off, "
+            f"{results['traced_vs_baseline']} of {revision}"
+        )
     load = {"load_average_before": load_before, "load_average_after": load_average()}
     print(f"load average {load_before} → {load['load_average_after']}")
-    results = {"baseline_revision": revision, "rounds": rates, "medians": medians, "ratio": ratio, "spread": spread}
-    print(f"wrote {write_results('versus', {**load, **results})}")
+    print(f"wrote {write_results('versus-tracing' if tracing else 'versus', {**load, **results})}")
 
 
 if __name__ == "__main__":
