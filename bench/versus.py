@@ -79,6 +79,8 @@ def main() -> None:
     url = sink.stdout.readline().strip()
     load_before = load_average()
     rates: dict[str, list[float]] = {"baseline": [], "now": [], **({"traced": []} if tracing else {})}
+    cpu: dict[str, list[float]] = {side: [] for side in rates}  # the engine's CPU ms per fire
+    postgres: dict[str, list[float]] = {side: [] for side in rates}  # PostgreSQL's, in the same window
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tree = checkout(revision, Path(tmp) / "baseline")
@@ -86,12 +88,19 @@ def main() -> None:
             assert sides["baseline"].startswith(str(tree)) and sides["now"].startswith(str(ROOT)), sides
             print(f"engines import: {sides}", flush=True)
             for index in range(ROUNDS):
-                for side in rates:
+                # Every other round in the reverse order: no side always follows another's writes.
+                for side in list(rates)[:: 1 if index % 2 == 0 else -1]:
                     dsn = fresh_database(admin, f"reconciler_bench_versus_{side}_{index}")
                     path, extra = (tree if side == "baseline" else None), (traced(url) if side == "traced" else None)
                     row = one_round(dsn, url, Path(tmp), f"{side}-{index}", path, extra)
                     rates[side].append(row["fires_per_second"])
-                    print(f"round {index + 1}: {side} {row['fires_per_second']} fires/s", flush=True)
+                    cpu[side].append(row["engine_cpu_ms_per_fire"])
+                    postgres[side].append(row["neighbours_cpu_ms_per_fire"]["postgres"])
+                    print(
+                        f"round {index + 1}: {side} {row['fires_per_second']} fires/s, CPU ms/fire: engine "
+                        f"{row['engine_cpu_ms_per_fire']}, PostgreSQL {postgres[side][-1]}",
+                        flush=True,
+                    )
     finally:
         sink.kill()
     medians = {side: statistics.median(values) for side, values in rates.items()}
@@ -107,7 +116,14 @@ def main() -> None:
         "medians": medians,
         "ratio": ratio,
         "spread": spread,
+        "engine_cpu_ms_per_fire": {side: statistics.median(values) for side, values in cpu.items()},
+        "postgres_cpu_ms_per_fire": {side: statistics.median(values) for side, values in postgres.items()},
+        "cpu_rounds": {"engine": cpu, "postgres": postgres},
     }
+    print(
+        f"CPU ms per fire (medians): engine {results['engine_cpu_ms_per_fire']}, PostgreSQL "
+        f"{results['postgres_cpu_ms_per_fire']}"
+    )
     if tracing:
         results["traced_vs_now"] = round(medians["traced"] / medians["now"], 3)
         results["traced_vs_baseline"] = round(medians["traced"] / medians["baseline"], 3)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import random
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,10 +39,9 @@ def traceparent_problem(text: str) -> str | None:
 
 
 def new_span_id() -> str:
-    """A random span id (16 hex digits, never all zeros)."""
-    while (span := os.urandom(8).hex()) == ZERO_SPAN:
-        continue
-    return span
+    """A random span id (16 hex digits, never all zeros). Not a secret: Python's fast generator serves (the
+    operating system's costs a system call per request)."""
+    return f"{random.getrandbits(64) or 1:016x}"
 
 
 def run_span_id(trace_id: str, run_id: int) -> str:
@@ -58,9 +58,13 @@ class RunTrace:
 
     run_id: int
     trace_id: str
-    span_id: str
     parent_id: str | None = None
     flags: str = SAMPLED
+
+    @property
+    def span_id(self) -> str:
+        """The run's own span's id (only a tracer that records spans asks)."""
+        return run_span_id(self.trace_id, self.run_id)
 
     @classmethod
     def of(cls, run_id: int, trace_id: Any, traceparent: str | None = None) -> RunTrace:
@@ -72,7 +76,7 @@ class RunTrace:
         parent, flags = None, SAMPLED
         if traceparent is not None and (match := TRACEPARENT.fullmatch(traceparent)) and match.group(1) == hexed:
             parent, flags = match.group(2), match.group(3)
-        return cls(run_id, hexed, run_span_id(hexed, run_id), parent, flags)
+        return cls(run_id, hexed, parent, flags)
 
     def header(self, span_id: str) -> str:
         """The `traceparent` of a request sent from span `span_id` of this trace."""

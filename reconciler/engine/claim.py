@@ -10,7 +10,6 @@ Only then are requests sent (by `runner.py`).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -55,7 +54,6 @@ class Claimed:
     trace_id: Any = None  # its row's (a UUID); None: a row written before traces were (a trace of its own, not stored)
     traceparent: str | None = None  # a manual run's caller's (`trigger --traceparent`)
 
-    @functools.cached_property
     def trace(self) -> RunTrace:
         """Its place in its trace (tracing.py)."""
         return RunTrace.of(self.run_id, self.trace_id, self.traceparent)

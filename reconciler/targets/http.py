@@ -28,9 +28,9 @@ from reconciler.spec.target import HEADER_VALUE, BasicAuth, BearerAuth, OAuth2Cl
 from reconciler.spec.task import TaskSpec
 from reconciler.spec.values import EnvRef
 from reconciler.targets.oauth import TokenCache, TokenError
-from reconciler.targets.request import USER_AGENT, Request, compact_json
+from reconciler.targets.request import Request, compact_json
 from reconciler.targets.secrets import EnvProblem, RunSecrets
-from reconciler.tracing import Tracer
+from reconciler.tracing import Tracer, new_span_id
 
 EXCERPT_BYTES = 1024
 MAX_RETRY_AFTER = 3600.0
@@ -192,7 +192,6 @@ def new_session(connections: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
         cookie_jar=aiohttp.DummyCookieJar(),
-        headers={"User-Agent": USER_AGENT},  # a token request's too
         timeout=aiohttp.ClientTimeout(total=None),  # each attempt's deadline is an asyncio.timeout (see _send)
         trust_env=False,
         json_serialize=compact_json,
@@ -304,8 +303,9 @@ class Firer:
 
     async def send(self, request: Request, number: int, budget: float) -> Attempt:
         """One attempt of `request`, within its target's timeout and `budget` seconds; never raises."""
-        if request.trace is None:
-            return await self._send(request, Attempt(number), budget, None)
+        if request.trace is None or not self.tracer.enabled:  # no span: an id for its traceparent is all it needs
+            span_id = new_span_id() if request.trace is not None else None
+            return await self._send(request, Attempt(number), budget, span_id)
         attributes = {
             "reconciler.task_id": request.task_id,
             "reconciler.run_id": request.run_id,

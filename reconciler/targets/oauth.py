@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from reconciler.spec.target import HEADER_VALUE, OAuth2ClientCredentials
+from reconciler.targets.request import USER_AGENT
 from reconciler.targets.secrets import RunSecrets
 
 TOKEN_REFRESH_MARGIN = 30.0
@@ -66,7 +67,7 @@ class TokenCache:
         self.requests += 1
         session = self.session()
         try:
-            headers = {"Authorization": aiohttp.encode_basic_auth(client_id, secret)}
+            headers = {"Authorization": aiohttp.encode_basic_auth(client_id, secret), "User-Agent": USER_AGENT}
             secrets.remember_basic(secret, headers["Authorization"])
             async with session.post(auth.token_url, data=form, headers=headers) as response:
                 if response.status != 200:

@@ -5,10 +5,9 @@ the run's trace (`traceparent`) and, with [target.signing], a Standard Webhooks 
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -33,11 +32,12 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Request:
     """What every attempt of one run sends: its target, task, occurrence and Idempotency-Key; its run (id, kind,
     trace: None for a notifier's delivery) and signing; `prepare`, a job's (completion = "callback"), called before
-    each attempt's request leaves."""
+    each attempt's request leaves. `body`: the bytes sent (and signed), `content_type` what a JSON body is sent as
+    unless the task's headers say."""
 
     target: Target
     task_id: str
@@ -48,20 +48,17 @@ class Request:
     kind: str | None = None
     trace: RunTrace | None = None
     signing: Signing | None = None
+    body: bytes | None = field(init=False)
+    content_type: str | None = field(init=False)
 
-    @functools.cached_property
-    def body(self) -> bytes | None:
-        """The bytes sent (and signed): the JSON body compact, or the text body; None without a body."""
-        if self.target.json_body is not None:
-            return compact_json(self.target.json_body).encode()
-        return None if self.target.body is None else self.target.body.encode()
-
-    @functools.cached_property
-    def content_type(self) -> str | None:
-        """The Content-Type a JSON body is sent with, unless the task's headers give one."""
-        if self.target.json_body is None or any(name.lower() == "content-type" for name in self.target.headers):
-            return None
-        return "application/json"
+    def __post_init__(self) -> None:
+        target, self.content_type = self.target, None
+        if target.json_body is not None:
+            self.body = compact_json(target.json_body).encode()
+            if not any(name.lower() == "content-type" for name in target.headers):
+                self.content_type = "application/json"
+        else:
+            self.body = None if target.body is None else target.body.encode()
 
     def headers(self, attempt: int, span_id: str | None, sent_at: float, secrets: RunSecrets) -> dict[str, str]:
         """The engine's headers of attempt `attempt`, sent from trace span `span_id` at `sent_at` (POSIX seconds, by
