@@ -44,6 +44,12 @@ def new_span_id() -> str:
     return f"{random.getrandbits(64) or 1:016x}"
 
 
+def new_trace_ids(count: int) -> list[str]:
+    """`count` random trace ids (32 hex digits each) from one read of the operating system's random source."""
+    raw = os.urandom(16 * count).hex()
+    return [raw[at : at + 32] for at in range(0, 32 * count, 32)]
+
+
 def run_span_id(trace_id: str, run_id: int) -> str:
     """The span id of run `run_id` in trace `trace_id`: the same wherever it is computed; two runs of one
     trace (`trigger --traceparent` twice with one parent) have different ones."""

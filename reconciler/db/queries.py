@@ -96,7 +96,6 @@ class OccurrenceRow(TypedDict):
 class InsertedRow(TypedDict):
     id: int
     n: int  # its place (from 1) in runs_insert's arrays
-    trace_id: UUID | None  # its trace (None for a run recorded without a request: missed, skipped)
 
 
 class LimitRow(TypedDict):
@@ -200,6 +199,7 @@ def runs_insert(
     errors: list[str | None],
     lease_ids: list[str],
     lease_seconds: list[float],
+    trace_ids: list[str],
 ) -> Statement:
     """Insert run rows (an occurrence recorded already is not) and the leases of those running;
     its rows are InsertedRow."""
@@ -215,6 +215,7 @@ def runs_insert(
             "errors": errors,
             "lease_ids": lease_ids,
             "lease_seconds": lease_seconds,
+            "trace_ids": trace_ids,
         },
     )
 

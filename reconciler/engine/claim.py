@@ -29,7 +29,7 @@ from reconciler.notify.events import Ended, ended_of, outbox_insert, record_ende
 from reconciler.runs import RECORDED
 from reconciler.spec.task import TaskSpec
 from reconciler.targets.http import idempotency_key
-from reconciler.tracing import RunTrace
+from reconciler.tracing import RunTrace, new_trace_ids
 
 log = logging.getLogger("reconciler.engine")
 
@@ -208,10 +208,11 @@ class Claimer:
             plan = plan_claim(now, due, queued, held, compiled, limited, in_flight)
             report.claimed_tasks = len(due)
             lease_for = {task_id: lease_seconds(spec, self.lease_margin) for task_id, spec in plan.specs.items()}
-            sent = await send(conn, self._statements(plan, lease_for, now, report))
+            traces = new_trace_ids(len(plan.inserts))
+            sent = await send(conn, self._statements(plan, lease_for, now, report, traces))
         # Committed: the inserted rows came back with the COMMIT, in the same round trip.
         inserted = await queries.inserted_rows(sent[0]) if plan.inserts else []
-        report.runs.extend(self._claimed(plan, inserted, report))
+        report.runs.extend(self._claimed(plan, inserted, report, traces))
         report.runs.extend(
             Claimed(
                 s.row["run_id"],
@@ -240,11 +241,11 @@ class Claimer:
         return report
 
     def _statements(
-        self, plan: ClaimPlan, leases: Mapping[str, float], now: datetime, report: Report
+        self, plan: ClaimPlan, leases: Mapping[str, float], now: datetime, report: Report, traces: list[str]
     ) -> list[Statement]:
-        """The plan's writes, in the order the claim's last round trip sends them: the run rows and their leases
-        first (the first statement's rows are the runs inserted), then the queued runs started, their leases, the
-        tasks that move on, the limits' buckets and the outbox."""
+        """The plan's writes, in the order the claim's last round trip sends them: the run rows (`traces`: their
+        trace ids) and their leases first (the first statement's rows are the runs inserted), then the queued runs
+        started, their leases, the tasks that move on, the limits' buckets and the outbox."""
         statements: list[Statement] = []
         if plan.inserts:
             statements.append(
@@ -258,6 +259,7 @@ class Claimer:
                     errors=[i.decision.error for i in plan.inserts],
                     lease_ids=list(leases),
                     lease_seconds=list(leases.values()),
+                    trace_ids=traces,
                 )
             )
         for start in plan.starts:
@@ -314,8 +316,9 @@ class Claimer:
         return adopted
 
     @staticmethod
-    def _claimed(plan: ClaimPlan, rows: list[InsertedRow], report: Report) -> list[Claimed]:
-        """The inserted rows to fire; the others were recorded finished (missed, skipped, failed)."""
+    def _claimed(plan: ClaimPlan, rows: list[InsertedRow], report: Report, traces: list[str]) -> list[Claimed]:
+        """The inserted rows to fire (`traces`: the trace ids of plan.inserts); the others were recorded finished
+        (missed, skipped, failed)."""
         report.duplicates += len(plan.inserts) - len(rows)
         claimed: list[Claimed] = []
         for row in rows:
@@ -328,7 +331,7 @@ class Claimer:
                     decision.scheduled_for,
                     decision.kind,
                     plan.specs[insert.task_id],
-                    trace_id=row["trace_id"],
+                    trace_id=traces[row["n"] - 1],
                 )
                 claimed.append(run)
             else:
