@@ -1,7 +1,8 @@
 """The OpenTelemetry tracer (the `otel` extra): a span per run, a child per attempt and per job callback, through the
 OpenTelemetry SDK, configured by the standard OTEL_* variables (service name, resource, sampler, the OTLP
-exporter's endpoint and headers, the batch processor's limits). Imported only by tracing.from_environment when
-those variables ask for traces, and by tests that give it an exporter of their own.
+exporter's endpoint and headers, the batch processor's limits). Imported only by cli/runtime.tracer when those
+variables ask for traces, and by tests that give it an exporter of their own. Every span's times are the database's
+clock's (clock.DATABASE), as the run's own are.
 
 A run's span is recorded when the run ends, with the times it had, by whichever engine ends it; its ids are the
 run's (tracing.RunTrace), which the SDK takes from `RunIds` while the span is made.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from reconciler import __version__
+from reconciler.clock import DATABASE
 from reconciler.tracing import SAMPLED, AttemptSpan, RunEnd, RunTrace, Tracer
 
 SCOPE = "reconciler"
@@ -56,6 +57,11 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
+def _now() -> int:
+    """Now by the database's clock, in nanoseconds (a span's time)."""
+    return _ns(DATABASE.timestamp())
+
+
 def _context(trace_id: str, span_id: str, flags: str) -> Context:
     """A context whose (remote) current span is `span_id` of `trace_id`: the parent of what is made in it."""
     sampled = TraceFlags(TraceFlags.SAMPLED if int(flags, 16) & 1 else TraceFlags.DEFAULT)
@@ -82,8 +88,7 @@ class OtelTracer(Tracer):
         decision = self.provider.sampler.should_sample(
             self._parent(trace_), int(trace_.trace_id, 16), "reconciler.run"
         ).decision
-        sampled = decision in (Decision.RECORD_AND_SAMPLE,)
-        return dataclasses.replace(trace_, flags=SAMPLED if sampled else "00")
+        return dataclasses.replace(trace_, flags=SAMPLED if decision is Decision.RECORD_AND_SAMPLE else "00")
 
     @contextlib.contextmanager
     def attempt(self, run: RunTrace, attributes: Mapping[str, Any]) -> Iterator[AttemptSpan]:
@@ -92,6 +97,7 @@ class OtelTracer(Tracer):
             context=_context(run.trace_id, run.span_id, run.flags),
             kind=SpanKind.CLIENT,
             attributes=dict(attributes),
+            start_time=_now(),
         )
         context = span.get_span_context()
         got = AttemptSpan(f"{context.span_id:016x}" if context.is_valid else "", dict(attributes))
@@ -101,7 +107,7 @@ class OtelTracer(Tracer):
             span.set_attributes({k: v for k, v in got.attributes.items() if v is not None})
             if got.error:
                 span.set_status(Status(StatusCode.ERROR, got.error))
-            span.end()
+            span.end(end_time=_now())
 
     def run(self, end: RunEnd) -> None:
         attributes: dict[str, Any] = {
@@ -136,9 +142,9 @@ class OtelTracer(Tracer):
             context=_context(run.trace_id, run.span_id, run.flags),
             kind=SpanKind.SERVER,
             attributes=attributes,
-            start_time=time.time_ns(),
+            start_time=(at := _now()),
         )
-        span.end()
+        span.end(end_time=at)
 
     def shutdown(self) -> None:
         self.provider.shutdown()

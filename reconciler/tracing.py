@@ -78,7 +78,7 @@ class RunTrace:
         not stored) and `traceparent` (the caller's, for a manual run)."""
         hexed = getattr(trace_id, "hex", trace_id)
         if not isinstance(hexed, str) or len(hexed) != 32 or hexed == ZERO_TRACE:
-            hexed = os.urandom(16).hex()
+            [hexed] = new_trace_ids(1)
         parent, flags = None, SAMPLED
         if traceparent is not None and (match := TRACEPARENT.fullmatch(traceparent)) and match.group(1) == hexed:
             parent, flags = match.group(2), match.group(3)

@@ -222,8 +222,7 @@ async def run_queue_manual(
 ) -> list[IdRow]:
     """Queue a manual run of `task_id` (in the trace of `traceparent`, a valid one, when given; else a new trace);
     its id."""
-    trace_id = traceparent.split("-")[1] if traceparent else None
-    params = {"task_id": task_id, "now": now, "trace_id": trace_id, "traceparent": traceparent}
+    params = {"task_id": task_id, "now": now, "traceparent": traceparent}
     return cast(list[IdRow], await Store.fetch(conn, "run_queue_manual", params))
 
 

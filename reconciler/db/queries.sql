@@ -664,10 +664,10 @@ SELECT g.name, g.max_in_flight, g.rate_per_second, g.burst,
  ORDER BY g.name;
 
 -- name: run_queue_manual
--- %(trace_id)s, %(traceparent)s: a caller's (`trigger --traceparent`), else a new trace.
+-- %(traceparent)s: a caller's (`trigger --traceparent`, validated): the run is in its trace; NULL: a new trace.
 INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, trace_id, traceparent)
 VALUES (%(task_id)s, COALESCE(%(now)s::timestamptz, now()), 'manual', 'queued', 0, COALESCE(%(now)s::timestamptz, now()),
-        COALESCE(%(trace_id)s::uuid, gen_random_uuid()), %(traceparent)s)
+        COALESCE(split_part(%(traceparent)s::text, '-', 2)::uuid, gen_random_uuid()), %(traceparent)s)
 RETURNING id;
 
 -- name: runs_list

@@ -109,9 +109,8 @@ class Engine:
         self._more_due = True  # the last claim to end took all it asked for: more may be due
         self.observers: list[Observer] = []
         # heartbeat, retention, late scan; the heartbeat says whether LISTEN is up (for `status` and /engines)
-        self.jobs = Jobs(
-            store, EnvPolicy(config.allow_env), tracer=self.tracer
-        )  # callbacks (web/callbacks.py) and overdue jobs
+        # callbacks (web/callbacks.py) and overdue jobs
+        self.jobs = Jobs(store, EnvPolicy(config.allow_env), tracer=self.tracer)
         self.upkeep = Upkeep(store, config, lambda: self.clock, self.jobs, lambda: self.listener.connected)
         self.outage = Outage()  # the database's state, logged once per change
         self.listener = Listener(store, config.listen_dsn)  # NOTIFYs wake the claim loop (see listener.py)

@@ -61,7 +61,7 @@ async def execute(
     if target.callback and public_url is not None:
         assert target.deadline_seconds is not None
         job = JobAttempts(store, claimed.run_id, public_url, target.deadline_seconds, target.heartbeat_seconds)
-    trace = firer.tracer.sampled(claimed.trace()) if firer.tracer.enabled else claimed.trace()
+    trace = firer.tracer.sampled(claimed.trace())
     try:
         if target.callback and job is None:
             outcome = Outcome("failed", [Attempt(claimed.first_attempt, error=NO_PUBLIC_URL)])

@@ -210,7 +210,7 @@ class Firer:
         self.policy = policy or EnvPolicy()
         self.tokens = TokenCache(self.session)
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-        self.tracer = Tracer()  # the engine's (tracing.from_environment): spans of attempts, when it records any
+        self.tracer = Tracer()  # the engine's (Engine sets it): spans of attempts, when it records any
         self.resting = 0  # runs waiting out a jitter or backoff (they hold no slot)
         self.on_rest: Callable[[], None] | None = None  # told when a run starts a rest (Engine._fill)
         self.sent = 0  # attempts made, and the seconds they held their slots: the capacity (see Engine)
