@@ -48,7 +48,9 @@ from bench.common import write_results
 from bench.reconcile import fresh_database
 from bench.sink import SLOW_SECONDS
 from reconciler.cli.parser import tune_gc
+from reconciler.db import partition_store
 from reconciler.db.embedded import embedded_dsn
+from reconciler.db.schema import load_schemata
 from reconciler.db.store import Store
 from reconciler.engine.claim import Claimer
 from reconciler.files.limits import load_limits
@@ -129,8 +131,14 @@ def sink_get(url: str, what: str) -> Any:
 
 
 async def init_schema(dsn: str) -> None:
+    """The schema; with BENCH_HISTORY_DAYS=N, runs partitioned by day over the last N days too, as a fleet
+    keeping N days of history has them (a new schema has today's and the days ahead only)."""
     async with Store(dsn) as store:
         await store.init_schema()
+        days = int(os.environ.get("BENCH_HISTORY_DAYS", "0"))
+        if days:
+            now = datetime.now(UTC)
+            await partition_store.backdated(store, load_schemata(), now - timedelta(days=days), now)
 
 
 async def apply_dir(dsn: str, root: Path) -> None:

@@ -27,6 +27,7 @@ from reconciler.runs import FINAL
 
 if TYPE_CHECKING:
     from reconciler.db.command_queries import ApplyRow, EngineRow, LiveSourceRow, OutboxRow, StatusRow
+    from reconciler.db.initialize import Initialized
     from reconciler.db.operator_queries import PauseRow
     from reconciler.db.rows import Row
     from reconciler.db.store import Store
@@ -48,12 +49,35 @@ def db(options: DbOptions) -> int:
         print(grants_sql(*options.roles), end="")
         return EXIT_OK
 
-    async def work(store: Store) -> int:
-        return await store.init_schema()
-
-    with_store(options.database, work)
+    done = with_store(options.database, lambda store: _initialize(store, options), init=False)
+    for converted in done.converted:
+        print(
+            f"converted scheduler.{converted.table} to partitions in {converted.seconds:.1f} s: its "
+            f"{converted.rows} row(s) are partition {converted.partition}; the table was locked "
+            f"{converted.locked_seconds * 1000:.0f} ms"
+        )
+    work = done.maintenance
+    if work.created:
+        print(f"created partition(s): {', '.join(work.created)}")
+    if work.dropped:
+        print(f"dropped partition(s) older than {options.keep_runs_days:g} day(s): {', '.join(work.dropped)}")
+    if work.kept:
+        print(f"kept partition(s) holding runs in flight or finished since the cut-off: {', '.join(work.kept)}")
+    if work.busy:
+        print(f"partition(s) busy (locked), left for the next run: {', '.join(work.busy)}")
+    if not done.maintained:
+        print("this role may not create partitions: run it as the owner of schema scheduler's tables")
     print("schema scheduler is up to date")
     return EXIT_OK
+
+
+async def _initialize(store: Store, options: DbOptions) -> Initialized:
+    from reconciler.db.initialize import database_now, initialize, maintain
+
+    done = await initialize(store, say=print)
+    if options.action == "maintain":
+        await maintain(store, await database_now(store), options.keep_runs_days, done)
+    return done
 
 
 def status(options: ReadOptions) -> int:

@@ -284,13 +284,15 @@ class ExplainOptions:
 @dataclass(frozen=True)
 class DbOptions:
     database: DatabaseOptions
-    action: str  # init | grants
+    action: str  # init | maintain | grants
     roles: tuple[str | None, str | None, str | None, str | None] = (None, None, None, None)  # planner … dashboard
+    keep_runs_days: float | None = None  # maintain: retire partitions older than this (None: none)
 
     @classmethod
     def of(cls, args: Namespace) -> DbOptions:
         roles = (args.role_planner, args.role_applier, args.role_engine, args.role_dashboard)
-        return cls(DatabaseOptions.of(args), args.action, roles)
+        keep = args.keep_runs_days or None  # 0: keep every run, as the engine's option
+        return cls(DatabaseOptions.of(args), args.action, roles, keep)
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ def _engine_options(parser: argparse.ArgumentParser) -> None:
         "--keep-runs-days",
         type=KEEP_DAYS,
         default=KEEP_DAYS_DEFAULT,
-        help="delete finished runs older than this many days (default 30; 0 keeps every run)",
+        help="drop whole days of run history older than this many days (default 30; 0 keeps every run)",
     )
     parser.add_argument(
         "--lease-margin", type=SECONDS, default=30.0, help="seconds a run's lease outlives its timeouts (default 30)"
@@ -399,8 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = add("db", Command(cli_db.db, DbOptions.of), "database maintenance")
     db.add_argument(
-        "action", choices=["init", "grants"], help="init: create or upgrade the schema; grants: print GRANTs"
+        "action",
+        choices=["init", "maintain", "grants"],
+        help="init: create or upgrade the schema (and convert runs to partitions); maintain: make partitions ahead "
+        "and drop those older than --keep-runs-days (as the owner, when engines may not); grants: print GRANTs",
     )
+    db.add_argument("--keep-runs-days", type=KEEP_DAYS, default=0, help="maintain: drop older days (default 0: none)")
     for role in ("planner", "applier", "engine", "dashboard"):
         db.add_argument(f"--role-{role}", metavar="ROLE", help=f"grants: the {role}'s role")
 

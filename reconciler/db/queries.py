@@ -333,11 +333,6 @@ async def runs_prune_keep(conn: Conn, *, batch: int, sources: Sequence[str]) -> 
     return await Store.execute(conn, "runs_prune_keep", {"batch": batch, "sources": list(sources)})
 
 
-async def runs_prune_age(conn: Conn, *, before: datetime, batch: int, sources: Sequence[str]) -> int:
-    """At most `batch` runs finished before `before` deleted; how many."""
-    return await Store.execute(conn, "runs_prune_age", {"before": before, "batch": batch, "sources": list(sources)})
-
-
 async def notifications_prune_age(conn: Conn, *, before: datetime, batch: int, sources: Sequence[str]) -> int:
     """At most `batch` delivered or given-up notifications created before `before` deleted; how many."""
     params = {"before": before, "batch": batch, "sources": list(sources)}
@@ -359,12 +354,19 @@ async def engine_heartbeat(
     now: datetime | None,
     database: str | None,
     listening: bool | None = None,
+    keep_runs_days: float | None = None,
 ) -> list[HeartbeatRow]:
     """`database`: host:port as this engine's libpq connected (of a multi-host DSN, the host it chose);
-    `listening`: whether its LISTEN connection is up."""
+    `listening`: whether its LISTEN connection is up; `keep_runs_days`: its retention (None: keep every run)."""
     params = {"engine_id": engine_id, "host": host, "pid": pid, "now": now, "database": database}
-    params["listening"] = listening
+    params |= {"listening": listening, "keep_runs_days": keep_runs_days}
     return cast(list[HeartbeatRow], await Store.fetch(conn, "engine_heartbeat", params))
+
+
+async def engines_keep_runs_days(conn: Conn, *, engine_id: str) -> list[float | None]:
+    """The retention of the other live engines (None: keep every run)."""
+    rows = await Store.fetch(conn, "engines_keep_runs_days", {"engine_id": engine_id})
+    return [row["keep_runs_days"] for row in rows]
 
 
 async def engine_gone(conn: Conn, *, engine_id: str) -> int:

@@ -135,6 +135,47 @@ SELECT c.conname, pg_get_constraintdef(c.oid) AS definition
   FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
  WHERE n.nspname = %(schema)s AND c.contype = 'c';
 
+-- name: catalog_partitions
+-- The partitions of a partitioned table, with their bounds as timestamptz (a MINVALUE lower bound is NULL), and
+-- whether a DETACH … CONCURRENTLY of one was interrupted (it is finished with FINALIZE).
+SELECT c.relname AS name,
+       CASE WHEN b.bound[1] = 'MINVALUE' THEN NULL ELSE btrim(b.bound[1], '''')::timestamptz END AS lower,
+       btrim(b.bound[2], '''')::timestamptz AS upper,
+       i.inhdetachpending AS detaching
+  FROM pg_inherits i
+  JOIN pg_class c ON c.oid = i.inhrelid
+  CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \((.*)\) TO \((.*)\)') AS b(bound)
+ WHERE i.inhparent = to_regclass(%(table)s)
+ ORDER BY 3;
+
+-- name: catalog_partitioned
+-- The schema's partitioned tables.
+SELECT c.relname AS name
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = %(schema)s AND c.relkind = 'p';
+
+-- name: catalog_table_indexes
+-- A table's indexes, and whether each backs a constraint (its primary key): a conversion renames or replaces them.
+SELECT c.relname AS name, EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid) AS "constraint"
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = to_regclass(%(table)s);
+
+-- name: catalog_grants
+-- The privileges granted on a table and on its columns, but its owner's (grantee NULL: PUBLIC).
+SELECT CASE WHEN a.grantee = 0 THEN NULL ELSE a.grantee::regrole::text END AS grantee, a.privilege_type AS privilege,
+       NULL::text AS "column"
+  FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+ WHERE c.oid = to_regclass(%(table)s) AND a.grantee <> c.relowner
+UNION ALL
+SELECT CASE WHEN a.grantee = 0 THEN NULL ELSE a.grantee::regrole::text END, a.privilege_type, t.attname::text
+  FROM pg_attribute t CROSS JOIN LATERAL aclexplode(t.attacl) a
+ WHERE t.attrelid = to_regclass(%(table)s) AND t.attacl IS NOT NULL;
+
+-- name: partition_maintainer
+-- Whether this role may create, detach and drop the partitions of a table: it owns it (or is a member of its owner).
+SELECT pg_has_role(current_user, c.relowner, 'USAGE') AS allowed
+  FROM pg_class c WHERE c.oid = to_regclass(%(table)s);
+
 -- name: schema_fingerprint
 -- The schema's comment: the fingerprint of the declaration it was last initialized from. Read
 -- without locking any table, so a command behind a migration's lock waits only in its own,
@@ -594,13 +635,20 @@ SELECT l.id, l.task_id, l.scheduled_for, l.error,
 -- name: engine_heartbeat
 -- Returns the database's clock as the statement ran: the engine measures its own clock's offset from it.
 INSERT INTO scheduler.engines (engine_id, host, pid, started_at, last_seen, database, server, is_primary,
-                               listen_connected)
+                               listen_connected, keep_runs_days)
 VALUES (%(engine_id)s, %(host)s, %(pid)s, COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()),
-        %(database)s, host(inet_server_addr()) || ':' || inet_server_port(), NOT pg_is_in_recovery(), %(listening)s)
+        %(database)s, host(inet_server_addr()) || ':' || inet_server_port(), NOT pg_is_in_recovery(), %(listening)s,
+        %(keep_runs_days)s)
 ON CONFLICT (engine_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, host = EXCLUDED.host, pid = EXCLUDED.pid,
        database = EXCLUDED.database, server = EXCLUDED.server, is_primary = EXCLUDED.is_primary,
-       listen_connected = EXCLUDED.listen_connected
+       listen_connected = EXCLUDED.listen_connected, keep_runs_days = EXCLUDED.keep_runs_days
 RETURNING clock_timestamp() AS database_now;
+
+-- name: engines_keep_runs_days
+-- The --keep-runs-days of every other engine seen in the last 5 minutes (by the database's clock): partition
+-- retention keeps history as long as the one that keeps it longest asks (NULL: keep every run).
+SELECT keep_runs_days FROM scheduler.engines
+ WHERE last_seen > now() - interval '5 minutes' AND engine_id <> %(engine_id)s;
 
 -- name: engine_gone
 DELETE FROM scheduler.engines WHERE engine_id = %(engine_id)s;
@@ -852,18 +900,6 @@ DELETE FROM scheduler.runs WHERE id IN (
        AND {{of_sources(t.source)}}
      LIMIT %(batch)s);
 
--- name: runs_prune_age
--- --keep-runs-days: finished runs older than the cut-off, of the engine's sources (every
--- source's, and those of deleted tasks, when it has none). Rows another replica's pruner is
--- deleting are skipped, not waited for.
-DELETE FROM scheduler.runs WHERE id IN (
-    SELECT id FROM scheduler.runs
-     WHERE finished_at < %(before)s AND status NOT IN ('queued', 'running')
-       AND (cardinality(%(sources)s::text[]) = 0
-            OR task_id IN (SELECT id FROM scheduler.tasks WHERE source = ANY(%(sources)s::text[])))
-     LIMIT %(batch)s
-       FOR UPDATE SKIP LOCKED);
-
 -- name: notifications_prune_age
 -- --keep-runs-days for the outbox: delivered and given-up notifications older than the cut-off,
 -- of the engine's sources (every source's when it has none); pending ones stay.
@@ -973,6 +1009,10 @@ VALUES (%(name)s, %(engine_id)s, now() + make_interval(secs => %(seconds)s))
 ON CONFLICT (name) DO UPDATE SET engine_id = EXCLUDED.engine_id, expires_at = EXCLUDED.expires_at
  WHERE l.expires_at < now() OR l.engine_id = EXCLUDED.engine_id
 RETURNING l.engine_id;
+
+-- name: leader_release
+-- A lease given back by its holder before it expires (a pass of partition maintenance, over).
+DELETE FROM scheduler.leader WHERE name = %(name)s AND engine_id = %(engine_id)s;
 
 -- name: tasks_present
 -- Which of the task ids the metrics count runs of still exist in the engine's sources (one

@@ -7,6 +7,7 @@ Only missing or changed objects get a statement, so a second run issues none and
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import tomllib
 from dataclasses import dataclass, field
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from psycopg import sql
+
+from reconciler.db import partitions
+from reconciler.db.partitions import Bound, Partitioning, index_name
 
 SCHEMATA = Path(__file__).with_name("schemata.toml")
 
@@ -26,14 +30,17 @@ class Column:
     default: str | None = None
     check: str | None = None
 
-    def definition(self) -> sql.Composed:
+    def definition(self, table: str) -> sql.Composed:
+        """The column as CREATE TABLE declares it; its CHECK named as PostgreSQL would (check_name), so that a
+        partition made LIKE the table, or a table converted to one, carries the constraint the parent has."""
         parts: list[sql.Composable] = [sql.Identifier(self.name), sql.SQL(self.type)]
         if not self.null:
             parts.append(sql.SQL("NOT NULL"))
         if self.default is not None:
             parts.append(sql.SQL("DEFAULT ") + sql.SQL(self.default))
         if self.check is not None:
-            parts.append(sql.SQL("CHECK (") + sql.SQL(self.check) + sql.SQL(")"))
+            constraint = sql.SQL("CONSTRAINT {} CHECK (").format(sql.Identifier(check_name(table, self)))
+            parts.append(constraint + sql.SQL(self.check) + sql.SQL(")"))
         return sql.SQL(" ").join(parts)
 
 
@@ -51,6 +58,7 @@ class Table:
     primary_key: list[str]
     columns: list[Column]
     indexes: list[Index] = field(default_factory=list)
+    partition: Partitioning | None = None  # partitioned by range of a time column (db/partitions.py)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ def load_schemata(path: Path = SCHEMATA) -> Schemata:
             primary_key=t["primary_key"],
             columns=[Column(**c) for c in t["columns"]],
             indexes=[Index(**i) for i in t.get("indexes", [])],
+            partition=Partitioning(**t["partition"]) if "partition" in t else None,
         )
         for t in data["tables"]
     ]
@@ -99,6 +108,14 @@ class Existing:
     checks: dict[str, str] = field(default_factory=dict)  # CHECK constraint name → its expression
     # (declared, catalog) expressions that PostgreSQL parses alike, though their texts differ
     same: frozenset[tuple[str, str]] = frozenset()
+    partitioned: frozenset[str] = frozenset()  # the tables that are partitioned
+
+
+def unconverted(decl: Schemata, have: Existing) -> list[Table]:
+    """The tables declared partitioned that exist unpartitioned (an older release made them): db/conversion.py."""
+    return [
+        t for t in decl.tables if t.partition is not None and t.name in have.columns and t.name not in have.partitioned
+    ]
 
 
 def check_name(table: str, column: Column) -> str:
@@ -160,19 +177,21 @@ def statements(decl: Schemata, have: Existing) -> list[sql.Composed]:
     """The statements that bring the database up to `decl`; empty when it is already there."""
     out: list[sql.Composed] = []
     schema = sql.Identifier(decl.schema)
+    unconverted_names = {t.name for t in unconverted(decl, have)}
     if not have.schema:
         out.append(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
     for table in decl.tables:
         name = sql.Identifier(decl.schema, table.name)
         present = have.columns.get(table.name)
         if present is None:
-            body = [c.definition() for c in table.columns]
-            body.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, table.primary_key))))
-            out.append(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(name, sql.SQL(", ").join(body)))
+            out.append(create_table(name, table))
+        elif table.name in unconverted_names:
+            continue  # db/conversion.py's first: its indexes and constraints are those of the table it makes
         else:
             for column in table.columns:
                 if column.name not in present:
-                    out.append(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}").format(name, column.definition()))
+                    add = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}")
+                    out.append(add.format(name, column.definition(table.name)))
                 elif column.check is not None:
                     out += _check_statements(name, table.name, column, have)
         for index in table.indexes:
@@ -182,6 +201,37 @@ def statements(decl: Schemata, have: Existing) -> list[sql.Composed]:
                 continue
             out.append(create_index(name, index))
     return out
+
+
+def create_table(name: sql.Identifier, table: Table, identity_start: int | None = None) -> sql.Composed:
+    """CREATE TABLE as declared (partitioned by range of its time column, when it is); `identity_start`: where
+    its identity column starts (a converted table's next id)."""
+    body = [_with_start(c, table.name, identity_start) for c in table.columns]
+    body.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, table.primary_key))))
+    statement = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(name, sql.SQL(", ").join(body))
+    if table.partition is not None:
+        statement += sql.SQL(" PARTITION BY RANGE ({})").format(sql.Identifier(table.partition.column))
+    return statement
+
+
+def partition_statements(schema: str, table: Table, bound: Bound) -> list[sql.Composed]:
+    """A partition of `table` made with the declared indexes (see partitions.create)."""
+    child = sql.Identifier(schema, bound.name)
+    indexes = [
+        create_index(child, dataclasses.replace(index, name=index_name(table.name, bound.name, index.name)))
+        for index in table.indexes
+    ]
+    return partitions.create(schema, table.name, bound, indexes)
+
+
+def identity_columns(table: Table) -> list[str]:
+    return [c.name for c in table.columns if "IDENTITY" in c.type.upper()]
+
+
+def _with_start(column: Column, table: str, start: int | None) -> sql.Composed:
+    if start is not None and "IDENTITY" in column.type.upper():
+        column = dataclasses.replace(column, type=f"{column.type} (START WITH {int(start)})")
+    return column.definition(table)
 
 
 def _check_statements(name: sql.Identifier, table: str, column: Column, have: Existing) -> list[sql.Composed]:

@@ -25,14 +25,14 @@ from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout, TooManyRequests
 
-from reconciler.db import schema
+from reconciler.db import partitions, schema
 from reconciler.db.embedded import DsnOrigin
 from reconciler.db.errors import READ_LIMITS, busy, cancelled, denied, named, refused, unavailable
 from reconciler.db.failover import FailoverPool, reports_read_only, writable_dsn, wrong_server
 from reconciler.db.listening import Listening
 from reconciler.db.rows import Conn, Row, TaskRow
 from reconciler.db.sqlfile import QUERIES
-from reconciler.errors import DatabaseUnavailable, PermissionDenied
+from reconciler.errors import DatabaseUnavailable, PermissionDenied, UserError
 
 # pg_advisory_xact_lock key shared by every apply (and schema upgrade): "reconc" in ASCII.
 APPLY_LOCK_KEY = 0x7265636F6E63
@@ -304,6 +304,12 @@ class Store:
             if found and found[0]["fingerprint"] == decl.fingerprint:
                 return 0  # initialized from this very declaration: nothing to compare
             have = await self.compared(conn, decl, await self.existing(conn, decl.schema))
+            if waiting := schema.unconverted(decl, have):
+                names = ", ".join(f"{decl.schema}.{t.name}" for t in waiting)
+                raise UserError(
+                    f"{names} is not partitioned yet (an older release made it): run `reconciler db init` once, "
+                    "as the owner, to convert it (online: docs/operations.md#partitions)"
+                )
             if not schema.statements(decl, have):
                 with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # its owner marks it later
                     await conn.execute(mark)  # up to date: the next start need not compare
@@ -315,6 +321,7 @@ class Store:
                     todo = schema.statements(decl, now)
                     for statement in todo:
                         await conn.execute(statement)
+                    await self.cover(conn, decl)
                     await conn.execute(mark)
             except psycopg.errors.InsufficientPrivilege:
                 state = "does not exist" if not have.schema else "is out of date"
@@ -323,6 +330,24 @@ class Store:
                     f"{'create' if not have.schema else 'upgrade'} it; run `reconciler db init` as the owner"
                 ) from None
         return len(todo)
+
+    @classmethod
+    async def cover(cls, conn: Conn, decl: schema.Schemata) -> None:
+        """In the schema's transaction: a partitioned table it just made gets its partitions, MINVALUE to a few days
+        ahead by the database's clock (the engines' leader and `db init` keep them ahead; see db/partitions.py)."""
+        for table in decl.tables:
+            if table.partition is None:
+                continue
+            qualified = sql.Identifier(decl.schema, table.name).as_string(None)
+            rows = await cls.fetch(conn, "catalog_partitions", {"table": qualified})
+            if rows:
+                continue
+            cursor = await conn.execute("SELECT now() AS now")
+            row = await cursor.fetchone()
+            assert row is not None
+            for bound in partitions.missing(table.name, [], table.partition, row["now"]):
+                for statement in schema.partition_statements(decl.schema, table, bound):
+                    await conn.execute(statement)
 
     async def existing(self, conn: Conn, name: str = "scheduler") -> schema.Existing:
         """What the catalog holds of schema `name` (readable by any role that can connect)."""
@@ -340,7 +365,8 @@ class Store:
             for row in await self.fetch(conn, "catalog_checks", {"schema": name})
         }
         present = bool(await self.fetch(conn, "catalog_schema", {"schema": name}))
-        return schema.Existing(present, columns, set(shapes), shapes, checks)
+        split = frozenset(row["name"] for row in await self.fetch(conn, "catalog_partitioned", {"schema": name}))
+        return schema.Existing(present, columns, set(shapes), shapes, checks, partitioned=split)
 
     @staticmethod
     async def compared(conn: Conn, decl: schema.Schemata, have: schema.Existing) -> schema.Existing:
@@ -353,7 +379,8 @@ class Store:
         for table, pairs in schema.expression_pairs(decl, have).items():
             ordered = sorted(pairs)
             listed = [sql.SQL("({})").format(sql.SQL(text)) for pair in ordered for text in pair]
-            query = sql.SQL("EXPLAIN (VERBOSE, COSTS OFF, FORMAT JSON) SELECT {} FROM {}").format(
+            # LIMIT: a node with the output list on top, a partitioned table's Append having none
+            query = sql.SQL("EXPLAIN (VERBOSE, COSTS OFF, FORMAT JSON) SELECT {} FROM {} LIMIT 1").format(
                 sql.SQL(", ").join(listed), sql.Identifier(decl.schema, table)
             )
             try:

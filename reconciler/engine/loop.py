@@ -22,6 +22,7 @@ from typing import Any
 from reconciler.clock import DATABASE, Clock, statement_now
 from reconciler.db import queries
 from reconciler.db.failover import RECONNECT_CAP_SECONDS
+from reconciler.db.initialize import Initialized
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.claim import Claimed, Claimer, Report
 from reconciler.engine.config import EngineConfig
@@ -157,6 +158,10 @@ class Engine:
     async def prune_runs(self, now: datetime, max_batches: int | None = None) -> int:
         """One pass over the run history and the outbox (see Upkeep.prune_runs)."""
         return await self.upkeep.prune_runs(now, max_batches)
+
+    async def maintain_partitions(self, now: datetime) -> Initialized:
+        """One pass over the partitions (see Upkeep.maintain_partitions)."""
+        return await self.upkeep.maintain_partitions(now)
 
     async def heartbeat(self) -> None:
         """Say this engine is alive, and measure this machine's clock against the database's (see upkeep.py)."""

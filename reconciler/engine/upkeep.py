@@ -1,5 +1,5 @@
 """An engine's upkeep beside its claims: the heartbeat (and this machine's clock against the database's),
-retention of the run history and the outbox, and the fleet's late scan (on the engine leading it).
+retention of the run history and the outbox, the fleet's partitions and late scan (on the engine leading each).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from reconciler.clock import Clock, DatabaseClock, statement_now, utcnow
 from reconciler.db import queries
+from reconciler.db.initialize import Initialized, maintain
 from reconciler.db.rows import Conn
 from reconciler.db.store import DB_FAULTS, Store
 from reconciler.engine.config import EngineConfig
@@ -25,6 +26,9 @@ from reconciler.errors import one_line
 from reconciler.notify.events import late_scan
 
 log = logging.getLogger("reconciler.engine")
+
+# How often an engine that may not maintain the partitions says so, at most.
+MAINTAIN_WARN_SECONDS = 3600.0
 
 # How often every engine looks for jobs past their deadline or heartbeat timeout (an index read of the few job
 # leases that expired): a job times out within this of its deadline, whichever engine started it.
@@ -49,6 +53,7 @@ class Upkeep:
         self.listening = listening
         self.jobs = jobs  # any engine ends overdue jobs
         self.clock_off = False  # the last heartbeat found this machine's clock past max_clock_offset
+        self.warned = -MAINTAIN_WARN_SECONDS  # time.monotonic() of the last "may not maintain the partitions"
 
     @property
     def clock(self) -> Clock:
@@ -64,6 +69,20 @@ class Upkeep:
                     self.config.prune_seconds,
                     lambda: self.prune_runs(self.clock.now()),
                     "pruning the run history",
+                )
+            ),
+            asyncio.create_task(
+                self.every(
+                    stop,
+                    self.config.prune_seconds,
+                    leader_only(
+                        self.store,
+                        self.config.engine_id,
+                        "partitions",
+                        lambda: self.maintain_partitions(self.clock.now()),
+                        3 * self.config.prune_seconds,
+                    ),
+                    "maintaining the partitions",
                 )
             ),
             asyncio.create_task(
@@ -87,10 +106,31 @@ class Upkeep:
             ),
         ]
 
+    async def maintain_partitions(self, now: datetime) -> Initialized:
+        """One pass over the partitioned tables (on the engine leading "partitions"): partitions made a few days
+        ahead of `now`, and whole days of history retired once they are older than the longest --keep-runs-days of
+        the live engines (a partition holding a run in flight, or one that finished since, stays). An engine whose
+        role may not (it does not own the tables) says so once an hour: `reconciler db maintain` does it then."""
+        days = self.config.keep_runs_days
+        async with self.store.connection() as conn:
+            others = await queries.engines_keep_runs_days(conn, engine_id=self.config.engine_id)
+        keep = None if days is None or None in others else max([days, *(d for d in others if d is not None)])
+        done = Initialized()
+        await maintain(self.store, now, keep, done)
+        if not done.maintained and time.monotonic() - self.warned >= MAINTAIN_WARN_SECONDS:
+            self.warned = time.monotonic()
+            log.warning(
+                "this engine's role may not create or drop partitions (it does not own schema scheduler's tables): "
+                "run `reconciler db maintain --keep-runs-days N` as the owner daily, or inserts fail once the "
+                "partitions made ahead run out (docs/operations.md#partitions)"
+            )
+        return done
+
     async def prune_runs(self, now: datetime, max_batches: int | None = None) -> int:
-        """One pass over the run history: delete finished runs beyond `policy.keep_runs` per task and
-        older than `keep_runs_days` (delivered and given-up notifications and audit rows too), `prune_batch` rows at a
-        time until none is left (or `max_batches`).
+        """One pass over what retention deletes row by row: finished runs beyond `policy.keep_runs` per task, and
+        delivered and given-up notifications and audit rows older than `keep_runs_days`, `prune_batch` rows at a
+        time until none is left (or `max_batches`). Runs older than `keep_runs_days` go by whole partitions
+        (maintain_partitions).
 
         Only the runs of the engine's sources (`engine --source`; every source when none is given).
         Sized to the backlog, so retention keeps up with any rate of runs, and gentle: each batch is
@@ -104,7 +144,6 @@ class Upkeep:
         if self.config.keep_runs_days is not None:
             before = now - timedelta(days=self.config.keep_runs_days)
             rules += [
-                lambda conn: queries.runs_prune_age(conn, before=before, batch=batch, sources=sources),
                 lambda conn: queries.notifications_prune_age(conn, before=before, batch=batch, sources=sources),
                 lambda conn: queries.audit_prune_age(conn, before=before, batch=batch, sources=sources),
             ]
@@ -155,6 +194,7 @@ class Upkeep:
                 now=now,
                 database=database,
                 listening=self.listening(),
+                keep_runs_days=self.config.keep_runs_days,
             )
             received = utcnow()
         if isinstance(self.clock, DatabaseClock):

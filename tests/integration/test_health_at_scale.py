@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from reconciler.db.store import QUERIES, Store
+from tests.partitioning import scanned_whole
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 TASKS = 2_000
@@ -66,15 +67,15 @@ READS = {
 async def test_read_queries_walk_indexes_not_the_runs_table(store: Store, dsn: str, query: str) -> None:
     fill(dsn)
     found = plan(dsn, query, READS[query])
-    assert "Seq Scan on runs" not in found, found
-    assert "runs_pkey" not in found, found
+    assert scanned_whole(dsn, found) == [], found
+    assert not re.search(r"using runs\w*_pkey", found), found
     assert "Seq Scan on tasks" not in found or query in ("task_health", "status_rows"), found  # those list every task
 
 
 async def test_runs_of_one_status_read_that_status_index(store: Store, dsn: str) -> None:
     fill(dsn)
     found = plan(dsn, "runs_list", {"task_id": "t2", "status": "failed", "limit": 20})
-    assert "runs_task_unsuccessful_idx" in found, found
+    assert "_task_unsuccessful_idx" in found, found
 
 
 async def test_health_tells_failing_from_the_newer_of_last_success_and_last_failure(store: Store, dsn: str) -> None:
@@ -117,7 +118,7 @@ async def test_health_tells_failing_from_the_newer_of_last_success_and_last_fail
 async def test_a_backfill_reads_the_runs_of_its_range_not_the_task_s_history(store: Store, dsn: str) -> None:
     fill(dsn)
     found = plan(dsn, "backfill_runs", READS["backfill_runs"])
-    assert "runs_occurrence_uniq" in found and "runs_backfill_idx" in found, found
+    assert "_occurrence_uniq" in found and "_backfill_idx" in found, found
 
 
 QUEUED = 3_000
@@ -158,4 +159,4 @@ async def test_a_large_backfill_costs_each_claim_one_reading_of_the_queued_runs(
         )
     loops = [int(n) for n in re.findall(r"loops=(\d+)", found)]
     assert loops and max(loops) <= QUEUED, found
-    assert "Seq Scan on runs" not in found, found
+    assert scanned_whole(dsn, found) == [], found
