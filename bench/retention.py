@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -41,6 +42,7 @@ RUNS = int(os.environ.get("BENCH_RETENTION_RUNS", "3000000"))
 TASKS = 1_000
 BATCH = 100  # due tasks per claim
 CLAIMS = 200
+SAMPLE_SECONDS = 0.005  # how often the lock sampler looks
 KEEP_DAYS = 30.0
 SPEC = '{"trigger": {"kind": "interval", "every": "1m"}, "target": {"url": "http://127.0.0.1:9/x"}}'
 
@@ -124,6 +126,27 @@ def pruner(dsn: str, now: datetime) -> subprocess.Popen[str]:
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
 
 
+class LockSampler(threading.Thread):
+    """Every SAMPLE_SECONDS until stopped: whether a statement other than the maintenance's own DDL waits on a
+    lock (pg_stat_activity's wait_event_type 'Lock'), as a claim behind a detach would."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.samples, self.waiting, self.waits = dsn, 0, 0, set[str]()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stopped.wait(SAMPLE_SECONDS):
+                rows = conn.execute(
+                    "SELECT left(query, 60) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query NOT ILIKE 'ALTER TABLE%%' AND query NOT ILIKE 'DROP TABLE%%' AND pid <> pg_backend_pid()"
+                ).fetchall()
+                self.samples += 1
+                self.waiting += bool(rows)
+                self.waits |= {row[0] for row in rows}
+
+
 def main() -> None:
     logging.getLogger("reconciler").setLevel(logging.ERROR)  # the claims' runs end `lost`: one line each
     if sys.argv[1:2] == ["--prune"]:
@@ -136,10 +159,14 @@ def main() -> None:
     print(f"seeded {RUNS:,} finished runs older than {KEEP_DAYS:g} days in {seeded:.1f} s")
     quiet = asyncio.run(claims(dsn, now, CLAIMS))
     print(f"claims without pruning: {latency(quiet)}")
+    sampler = LockSampler(dsn)
+    sampler.start()
     proc = pruner(dsn, now + timedelta(minutes=CLAIMS))  # the claims' runs are newer than the cut-off
     started = time.perf_counter()
     busy = asyncio.run(claims(dsn, now + timedelta(minutes=CLAIMS), CLAIMS))
     claims_done = time.perf_counter() - started
+    sampler.stopped.set()
+    sampler.join()
     out, _ = proc.communicate(timeout=3600)
     pruned = json.loads(out)
     overlap = min(1.0, pruned["seconds"] / claims_done)  # the share of the claims that ran beside the pass
@@ -158,6 +185,11 @@ def main() -> None:
         "claim_without_pruning": latency(quiet),
         "claim_while_pruning": latency(busy),
         "claims_beside_the_pass": round(overlap, 2),
+        "lock_samples": {
+            "taken": sampler.samples,
+            "a_statement_waiting": sampler.waiting,
+            "waiting": sorted(sampler.waits),
+        },
         "load_average_after": load_average(),
     }
     results["claim_ratio"] = round(
@@ -165,7 +197,8 @@ def main() -> None:
     )
     print(
         f"pruned {pruned['deleted']:,} runs in {pruned['seconds']} s: {results['prune']['rows_per_second']:,} rows/s "
-        f"({left} older than the cut-off left; the pass beside {overlap:.0%} of the claims); "
+        f"({left} older than the cut-off left; the pass beside {overlap:.0%} of the claims; "
+        f"{sampler.waiting} of {sampler.samples} pg_stat_activity samples with a statement waiting on a lock); "
         f"claim median {results['claim_without_pruning']['median_ms']} ms "
         f"without pruning, {results['claim_while_pruning']['median_ms']} ms while pruning "
         f"({results['claim_ratio']}x); load average {load_before} → {results['load_average_after']}"

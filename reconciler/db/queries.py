@@ -131,21 +131,47 @@ def _rows(rows: list[Row]) -> Any:
 # ------------------------------------------------------------ the claim
 
 
+class ExpiredRow(TypedDict):
+    run_id: int
+    engine_id: str
+    scheduled_for: datetime | None  # None: a lease an older engine took
+
+
 async def claim_first(
     conn: Conn, *, now: datetime | None, batch: int, sources: Sequence[str]
-) -> tuple[list[ClockRow], list[LostRow], list[DueRow], list[QueuedRow]]:
-    """The claim's first round trip: the clock, the runs found lost, the due tasks and the queued manual runs."""
+) -> tuple[list[ClockRow], list[ExpiredRow], list[DueRow], list[QueuedRow]]:
+    """The claim's first round trip: the clock, the leases expired (their runs are lost: mark_lost), the due tasks
+    and the queued manual runs."""
     scope = {"now": now, "batch": batch, "sources": list(sources)}
-    clock, lost, due, queued = await pipelined(
+    clock, expired, due, queued = await pipelined(
         conn,
         [
             Statement("clock_now", scope),
-            Statement("runs_mark_lost", scope),
+            Statement("leases_expired", scope),
             Statement("claim_due", scope),
             Statement("claim_queued", scope),
         ],
     )
-    return _rows(clock), _rows(lost), _rows(due), _rows(queued)
+    return _rows(clock), _rows(expired), _rows(due), _rows(queued)
+
+
+async def mark_lost(conn: Conn, *, expired: Sequence[ExpiredRow], now: datetime | None) -> list[LostRow]:
+    """The runs of expired leases recorded lost (a lost backfill run queued again), each in its partition."""
+    params = {
+        "run_ids": [e["run_id"] for e in expired],
+        "engines": [e["engine_id"] for e in expired],
+        "scheduled": partitions_of([e["scheduled_for"] for e in expired]),
+        "now": now,
+    }
+    [rows] = await pipelined(conn, [Statement("runs_mark_lost", params)])
+    return cast(list[LostRow], rows)
+
+
+def partitions_of(scheduled: Sequence[datetime | None]) -> list[datetime] | None:
+    """The scheduled_for of runs a statement names by id, which confine it to their partitions (in_partitions in
+    queries.sql); None when one is not known (every partition is read)."""
+    known = [at for at in scheduled if at is not None]
+    return known if len(known) == len(scheduled) else None
 
 
 async def claim_locks(
@@ -227,12 +253,16 @@ def runs_start_queued(*, run_id: int, status: str, engine_id: str, now: datetime
 
 
 def leases_insert(
-    *, engine_id: str, now: datetime, task_ids: list[str], run_ids: list[int], seconds: list[float]
+    *,
+    engine_id: str,
+    now: datetime,
+    task_ids: list[str],
+    run_ids: list[int],
+    seconds: list[float],
+    scheduled: list[datetime],
 ) -> Statement:
-    return Statement(
-        "leases_insert",
-        {"engine_id": engine_id, "now": now, "task_ids": task_ids, "run_ids": run_ids, "seconds": seconds},
-    )
+    params = {"engine_id": engine_id, "now": now, "task_ids": task_ids, "run_ids": run_ids, "seconds": seconds}
+    return Statement("leases_insert", {**params, "scheduled": scheduled})
 
 
 def tasks_advance(*, ids: list[str], nexts: list[datetime | None], waits: list[str | None]) -> Statement:
@@ -267,6 +297,7 @@ async def run_attempt(
     conn: Conn,
     *,
     run_id: int,
+    scheduled_for: datetime,
     attempt: int,
     started_at: datetime | None,
     http_status: int | None,
@@ -280,6 +311,7 @@ async def run_attempt(
         "run_attempt",
         {
             "run_id": run_id,
+            "scheduled_for": scheduled_for,
             "attempt": attempt,
             "started_at": started_at,
             "http_status": http_status,
@@ -294,6 +326,7 @@ async def finish_runs(
     conn: Conn,
     *,
     run_ids: list[int],
+    scheduled: list[datetime] | None,
     statuses: list[str],
     attempts: list[int],
     started: list[datetime | None],
@@ -307,6 +340,7 @@ async def finish_runs(
     a freed slot: sent with its COMMIT."""
     columns = {
         "run_ids": run_ids,
+        "scheduled": scheduled,
         "statuses": statuses,
         "attempts": attempts,
         "started": started,
@@ -316,13 +350,14 @@ async def finish_runs(
         "durations": durations,
         "excerpts": excerpts,
     }
-    await send(conn, [Statement("runs_finish_many", columns), *released(run_ids)])
+    await send(conn, [Statement("runs_finish_many", columns), *released(run_ids, scheduled)])
 
 
-def released(run_ids: list[int]) -> list[Statement]:
-    """After runs' ends are written: their leases released, and the NOTIFY of the slots they free."""
+def released(run_ids: list[int], scheduled: list[datetime] | None = None) -> list[Statement]:
+    """After runs' ends are written: their leases released, and the NOTIFY of the slots they free (`scheduled`:
+    the runs' scheduled_for, to read their partitions alone; None: not known)."""
     ids = {"run_ids": run_ids}
-    return [Statement("leases_release_many", ids), Statement("runs_finish_notify", ids)]
+    return [Statement("leases_release_many", ids), Statement("runs_finish_notify", {**ids, "scheduled": scheduled})]
 
 
 # ------------------------------------------------------------ upkeep

@@ -96,6 +96,11 @@ SELECT s.source, s.name, s.in_flight, s.tokens,
 ({task}.next_run_at + make_interval(secs => GREATEST(1, CASE WHEN jsonb_typeof({task}.spec -> 'policy' -> 'misfire_grace_seconds') = 'number'
       THEN LEAST(({task}.spec -> 'policy' ->> 'misfire_grace_seconds')::numeric, 1e9)::float8 ELSE 60 END)))
 
+-- fragment: in_partitions(r)
+-- Only the partitions of runs (alias {r}) of %(scheduled)s, the scheduled_for of the runs a statement names by id: a
+-- constant list, so the planner reads those partitions alone (NULL: every partition).
+(%(scheduled)b::timestamptz[] IS NULL OR {r}.scheduled_for = ANY(%(scheduled)b::timestamptz[]))
+
 -- fragment: limit_free(task)
 -- Whether none of the limits a task names is full (`task` the alias of its tasks row, `lim` the statement's
 -- limits_now()); a task that names none is always free.
@@ -504,8 +509,8 @@ WITH input AS (
     ON CONFLICT (task_id, scheduled_for) WHERE kind NOT IN ('manual', 'backfill') DO NOTHING
     RETURNING id, task_id, scheduled_for, status
 ), leased AS (
-    INSERT INTO scheduler.run_leases (task_id, run_id, engine_id, expires_at)
-    SELECT i.task_id, i.id, %(engine_id)s, %(now)s::timestamptz + make_interval(secs => l.seconds)
+    INSERT INTO scheduler.run_leases (task_id, run_id, engine_id, expires_at, scheduled_for)
+    SELECT i.task_id, i.id, %(engine_id)s, %(now)s::timestamptz + make_interval(secs => l.seconds), i.scheduled_for
       FROM inserted i
       JOIN unnest(%(lease_ids)b::text[], %(lease_seconds)b::float8[]) AS l(task_id, seconds) ON l.task_id = i.task_id
      WHERE i.status = 'running'
@@ -533,9 +538,10 @@ UPDATE scheduler.runs SET status = %(status)s, engine_id = %(engine_id)s, claime
  WHERE id = %(run_id)s;
 
 -- name: leases_insert
-INSERT INTO scheduler.run_leases (task_id, run_id, engine_id, expires_at)
-SELECT u.task_id, u.run_id, %(engine_id)s, %(now)s::timestamptz + make_interval(secs => u.seconds)
-  FROM unnest(%(task_ids)b::text[], %(run_ids)b::bigint[], %(seconds)b::float8[]) AS u(task_id, run_id, seconds);
+INSERT INTO scheduler.run_leases (task_id, run_id, engine_id, expires_at, scheduled_for)
+SELECT u.task_id, u.run_id, %(engine_id)s, %(now)s::timestamptz + make_interval(secs => u.seconds), u.scheduled_for
+  FROM unnest(%(task_ids)b::text[], %(run_ids)b::bigint[], %(seconds)b::float8[], %(scheduled)b::timestamptz[])
+       AS u(task_id, run_id, seconds, scheduled_for);
 
 -- name: tasks_advance
 -- The next occurrence of each task claimed, and the limit its due occurrence waits for (NULL: none).
@@ -581,7 +587,7 @@ UPDATE scheduler.limits g
 UPDATE scheduler.runs
    SET attempt = %(attempt)s, started_at = COALESCE(started_at, %(started_at)s), http_status = %(http_status)s,
        error = %(error)s, duration_ms = %(duration_ms)s, response_excerpt = %(excerpt)s
- WHERE id = %(run_id)s;
+ WHERE id = %(run_id)s AND scheduled_for = %(scheduled_for)s;
 
 -- name: runs_in_doubt
 -- Runs this engine leased since %(since)s (its start, by the database's clock) that it does not know
@@ -599,21 +605,27 @@ SELECT r.id AS run_id, r.task_id, r.scheduled_for, r.kind, r.attempt, {{run_spec
    AND l.expires_at > now() AND r.id <> ALL(%(known)b::bigint[]) AND NOT l.job AND r.accepted_at IS NULL
  ORDER BY r.id;
 
+-- name: leases_expired
+-- Leases expired by the database's clock: their engine died (or hung) while holding their runs, which
+-- runs_mark_lost then records lost (a second statement, only when there are some: it names each run's partition).
+-- A job's lease (job) is its deadline or heartbeat timeout: the upkeep ends it timed_out (jobs_overdue).
+DELETE FROM scheduler.run_leases WHERE expires_at <= COALESCE(%(now)s::timestamptz, now()) AND NOT job
+RETURNING run_id, engine_id, scheduled_for;
+
 -- name: runs_mark_lost
--- Runs whose lease expired by the database's clock: their engine died (or hung) while holding them. A lost
+-- The runs of expired leases (%(run_ids)s, their engines %(engines)s), recorded lost; %(scheduled)s, their
+-- scheduled_for (NULL when a lease an older engine took does not say): each is read in its own partition. A lost
 -- backfill run is queued again (same occurrence, same Idempotency-Key) unless its backfill was cancelled or
 -- the occurrence was lost twice already: a backfill leaves no gap when engines are killed. (The count reads
 -- the statement's snapshot, where the run lost now is still running.)
 WITH expired AS (
-    -- a job's lease (job) is its deadline or heartbeat timeout: the upkeep ends it timed_out (jobs_overdue)
-    DELETE FROM scheduler.run_leases WHERE expires_at <= COALESCE(%(now)s::timestamptz, now()) AND NOT job
-    RETURNING run_id, engine_id
+    SELECT * FROM unnest(%(run_ids)b::bigint[], %(engines)b::text[]) AS e(run_id, engine_id)
 ), lost AS (
     UPDATE scheduler.runs r
        SET status = 'lost', finished_at = COALESCE(%(now)s::timestamptz, now()),
            error = 'lease expired: engine ' || e.engine_id || ' stopped before recording a result'
       FROM expired e
-     WHERE r.id = e.run_id AND r.status = 'running'
+     WHERE r.id = e.run_id AND r.status = 'running' AND {{in_partitions(r)}}
     RETURNING r.id, r.task_id, r.scheduled_for, r.error, r.kind, r.backfill_id, r.hold_seconds
 ), requeued AS (
     INSERT INTO scheduler.runs (task_id, scheduled_for, kind, status, attempt, claimed_at, backfill_id, hold_seconds,
@@ -625,7 +637,7 @@ WITH expired AS (
        AND NOT EXISTS (SELECT 1 FROM scheduler.backfills b WHERE b.id = l.backfill_id AND b.cancelled_at IS NOT NULL)
        AND (SELECT count(*) FROM scheduler.runs x
              WHERE x.task_id = l.task_id AND x.scheduled_for = l.scheduled_for AND x.kind = 'backfill'
-               AND x.status = 'lost') < 2
+               AND x.status = 'lost' AND {{in_partitions(x)}}) < 2
     ON CONFLICT (task_id, scheduled_for) WHERE kind = 'backfill' AND status IN ('queued', 'running') DO NOTHING
 )
 SELECT l.id, l.task_id, l.scheduled_for, l.error,
@@ -780,7 +792,7 @@ UPDATE scheduler.runs r
               %(finished)b::timestamptz[], %(http)b::int[], %(errors)b::text[], %(durations)b::int[],
               %(excerpts)b::text[])
        AS u(id, status, attempt, started_at, finished_at, http_status, error, duration_ms, excerpt)
- WHERE r.id = u.id AND r.status IN ('running', 'lost');
+ WHERE r.id = u.id AND r.status IN ('running', 'lost') AND {{in_partitions(r)}};
 
 -- name: leases_release_many
 DELETE FROM scheduler.run_leases WHERE run_id = ANY(%(run_ids)b::bigint[]);
@@ -790,9 +802,9 @@ DELETE FROM scheduler.run_leases WHERE run_id = ANY(%(run_ids)b::bigint[]);
 -- names a limit (its slot in the limit is free) while a task waits for a limit or a run is queued.
 SELECT pg_notify('scheduler_tasks', '{"source": "slot"}')
  WHERE EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.runs q ON q.task_id = r.task_id
-                WHERE r.id = ANY(%(run_ids)b::bigint[]) AND q.status = 'queued')
+                WHERE r.id = ANY(%(run_ids)b::bigint[]) AND {{in_partitions(r)}} AND q.status = 'queued')
     OR (EXISTS (SELECT 1 FROM scheduler.runs r JOIN scheduler.tasks t ON t.id = r.task_id
-                 WHERE r.id = ANY(%(run_ids)b::bigint[]) AND t.spec -> 'policy' ? 'limits')
+                 WHERE r.id = ANY(%(run_ids)b::bigint[]) AND {{in_partitions(r)}} AND t.spec -> 'policy' ? 'limits')
         AND (EXISTS (SELECT 1 FROM scheduler.tasks w WHERE w.limit_wait IS NOT NULL)
              OR EXISTS (SELECT 1 FROM scheduler.runs q WHERE q.status = 'queued')));
 

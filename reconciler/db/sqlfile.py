@@ -37,6 +37,8 @@ def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
                 raise ValueError(f"{path.name}: bad fragment header {header!r}")
             fragments[found[1]] = (found[2], _body(text))
         else:
+            if header.strip() in named:  # a second definition would silently replace the first
+                raise ValueError(f"{path.name}: query {header.strip()} is defined twice")
             named[header.strip()] = _body(text)
     return {name: _expand(statement, fragments, name) for name, statement in named.items()}
 

@@ -177,10 +177,11 @@ class Claimer:
         leased_at = time.monotonic()
         report = Report()
         async with self.store.pipelined_transaction() as conn:
-            clock, lost, due, queued = await queries.claim_first(
+            clock, expired, due, queued = await queries.claim_first(
                 conn, now=at, batch=limit or self.batch, sources=self.sources
             )
             now: datetime = clock[0]["now"]  # the statements after these are given the same instant
+            lost = await queries.mark_lost(conn, expired=expired, now=at) if expired else []
             for gone in lost:
                 report.record(gone["task_id"], gone["scheduled_for"], "lost", gone["error"])
             await record_ended(conn, lost_ends(lost), now)
@@ -279,6 +280,7 @@ class Claimer:
                     task_ids=[s.row["task_id"] for s in begun],
                     run_ids=[s.row["run_id"] for s in begun],
                     seconds=[leases[s.row["task_id"]] for s in begun],
+                    scheduled=[s.row["scheduled_for"] for s in begun],
                 )
             )
         if plan.advances:

@@ -26,10 +26,11 @@ log = logging.getLogger("reconciler.engine")
 Result = dict[str, Any]  # the parameters of one run's row
 
 
-def attempt_params(run_id: int, attempt: Attempt) -> Result:
-    """One attempt as the columns of its run's row."""
+def attempt_params(run_id: int, scheduled_for: datetime, attempt: Attempt) -> Result:
+    """One attempt as the columns of its run's row (scheduled_for: the row's partition)."""
     return {
         "run_id": run_id,
+        "scheduled_for": scheduled_for,
         "attempt": attempt.attempt,
         "started_at": datetime.fromtimestamp(attempt.sent_at, UTC) if attempt.sent_at else None,
         "http_status": attempt.http_status,
@@ -108,6 +109,7 @@ class Results:
             await queries.finish_runs(
                 conn,
                 run_ids=[r["run_id"] for r in rows],
+                scheduled=queries.partitions_of([r.get("scheduled_for") for r in rows]),
                 statuses=[r["status"] for r in rows],
                 attempts=[r["attempt"] for r in rows],
                 started=[r["started_at"] for r in rows],

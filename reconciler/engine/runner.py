@@ -49,7 +49,7 @@ async def execute(
     async def on_attempt(attempt: Attempt) -> None:
         with contextlib.suppress(Exception):  # progress only; the final result is written anyway
             async with store.connection() as conn:
-                await queries.run_attempt(conn, **attempt_params(claimed.run_id, attempt))
+                await queries.run_attempt(conn, **attempt_params(claimed.run_id, claimed.scheduled_for, attempt))
 
     async def token() -> float:
         async with store.transaction() as conn:
@@ -95,7 +95,7 @@ async def execute(
         for observer in observers:
             observer.finished(claimed, outcome)
         return outcome
-    result = {**attempt_params(claimed.run_id, outcome.last), "status": outcome.status}
+    result = {**attempt_params(claimed.run_id, claimed.scheduled_for, outcome.last), "status": outcome.status}
     result["finished_at"] = clock.now()
     if claimed.spec.notify is not None and (found := ended_of(claimed.spec, None)):
         detail = {

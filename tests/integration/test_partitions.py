@@ -176,6 +176,10 @@ async def test_db_init_converts_an_unpartitioned_runs_with_every_row_while_an_en
             "        jsonb_build_object('done', g), CASE WHEN g % 2 = 0 THEN '{\"deep\": [[1]]}'::jsonb END, "
             "        gen_random_uuid() FROM generate_series(1, 5000) g"
         )
+        # The engine firing beside the conversion is this release's: it writes the columns this release adds to
+        # other tables (an older engine, which upgrades run beside, does not know them)
+        conn.execute("ALTER TABLE scheduler.run_leases ADD COLUMN scheduled_for timestamptz")
+        conn.execute("ALTER TABLE scheduler.engines ADD COLUMN keep_runs_days double precision")
         conn.execute("GRANT SELECT ON scheduler.runs TO PUBLIC")
         conn.execute("GRANT UPDATE (status, error) ON scheduler.runs TO PUBLIC")
     kept = history(dsn)

@@ -76,7 +76,7 @@ def test_privilege_table_lists_every_role() -> None:
         ("task_insert", "tasks", ["INSERT"]),
         ("task_update", "tasks", ["UPDATE"]),
         ("claim_due", "tasks", ["SELECT", "UPDATE"]),  # FOR UPDATE locks rows
-        ("runs_mark_lost", "run_leases", ["DELETE"]),
+        ("leases_expired", "run_leases", ["DELETE"]),
         ("runs_mark_lost", "runs", ["UPDATE", "INSERT", "SELECT"]),  # a lost backfill run is queued again
         ("run_queue_manual", "runs", ["INSERT"]),
         ("status_rows", "runs", ["SELECT"]),

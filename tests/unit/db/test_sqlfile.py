@@ -31,6 +31,13 @@ def test_an_unknown_fragment_is_an_error(tmp_path: Path) -> None:
         load_queries(sql)
 
 
+def test_a_query_defined_twice_is_an_error(tmp_path: Path) -> None:
+    sql = tmp_path / "q.sql"
+    sql.write_text("-- name: a\nSELECT 1;\n\n-- name: b\nSELECT 2;\n\n-- name: a\nSELECT 3;\n")
+    with pytest.raises(ValueError, match="query a is defined twice"):
+        load_queries(sql)
+
+
 def test_every_fragment_of_queries_sql_is_used_and_none_is_left() -> None:
     queries = load_queries()
     assert not any("{{" in statement for statement in queries.values())
