@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from reconciler.db import partition_store, partitions, schema
+from reconciler.db import partitions, schema
 from reconciler.db.partitions import Bound, Partition
 from reconciler.db.rows import Conn
 from reconciler.db.schema import Schemata, Table
@@ -50,17 +50,16 @@ async def convert(store: Store, decl: Schemata, table: Table, now: datetime) -> 
     spec = table.partition
     old = sql.Identifier(decl.schema, table.name)
     bound = Bound(table.name, None, spec.floor(now) + spec.interval)
-    key = sql.Identifier(f"{bound.name}_pkey")
+    key = sql.Identifier(decl.schema, f"{bound.name}_pkey")
     check = sql.Identifier(f"{table.name}_partition_bound")
     async with store.connection() as conn:  # autocommit: CONCURRENTLY runs outside a transaction block
-        made = sql.Identifier(decl.schema, f"{bound.name}_pkey")
         if await _fetch_one(
-            conn, "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", made.as_string(None)
+            conn, "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", key.as_string(None)
         ):
-            await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(made))  # an interrupted build's
+            await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(key))  # an interrupted build's
         await conn.execute(
             sql.SQL("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} ({})").format(
-                key, old, sql.SQL(", ").join(map(sql.Identifier, table.primary_key))
+                sql.Identifier(f"{bound.name}_pkey"), old, sql.SQL(", ").join(map(sql.Identifier, table.primary_key))
             )
         )
         await conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}").format(old, check))
@@ -132,7 +131,7 @@ async def _switch(conn: Conn, decl: Schemata, table: Table, bound: Bound, now: d
         await conn.execute(schema.create_index(old, index))
     for row in grants:
         await conn.execute(_grant(old, row))
-    await partition_store.create_missing(conn, decl, table, table.partition, now)
+    await Store.create_partitions(conn, decl, table, now)
     return rows
 
 

@@ -57,8 +57,7 @@ def qualified(decl: Schemata, table: str) -> str:
 
 async def listed(conn: Conn, decl: Schemata, table: str) -> list[Partition]:
     """The table's partitions (those being detached included)."""
-    rows = await Store.fetch(conn, "catalog_partitions", {"table": qualified(decl, table)})
-    return [Partition(r["name"], r["lower"], r["upper"], r["detaching"]) for r in rows]
+    return await Store.partitions_of(conn, decl, table)
 
 
 async def may_maintain(conn: Conn, decl: Schemata) -> bool:
@@ -68,16 +67,6 @@ async def may_maintain(conn: Conn, decl: Schemata) -> bool:
         if not rows or not rows[0]["allowed"]:
             return False
     return True
-
-
-async def create_missing(conn: Conn, decl: Schemata, table: Table, spec: Partitioning, now: datetime) -> list[str]:
-    """In the caller's transaction: the partitions `table` lacks to cover MINVALUE to AHEAD intervals past `now`."""
-    made = []
-    for bound in partitions.missing(table.name, await listed(conn, decl, table.name), spec, now):
-        for statement in schema.partition_statements(decl.schema, table, bound):
-            await conn.execute(statement)
-        made.append(bound.name)
-    return made
 
 
 async def ensure(store: Store, decl: Schemata, now: datetime, done: Maintenance) -> None:

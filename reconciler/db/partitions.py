@@ -24,7 +24,6 @@ from psycopg import sql
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 AHEAD = 3  # intervals past now the partitions cover after a maintenance pass (at least two)
-WARN_AHEAD = 2  # fewer left than this: the engine that may not maintain says so
 
 
 @dataclass(frozen=True)
@@ -124,11 +123,6 @@ def retirable(old: list[Partition], verdicts: dict[str, str]) -> list[Partition]
     if len(bottom) > 1 or any(verdicts.get(p.name) == "full" for p in bottom):
         out = bottom + out
     return out
-
-
-def covered_until(parts: list[Partition]) -> datetime | None:
-    """The end of the partitions' cover (None: no partition)."""
-    return max((p.upper for p in parts), default=None)
 
 
 def create(schema: str, parent: str, bound: Bound, indexes: list[sql.Composed]) -> list[sql.Composed]:

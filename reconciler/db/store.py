@@ -336,18 +336,37 @@ class Store:
         """In the schema's transaction: a partitioned table it just made gets its partitions, MINVALUE to a few days
         ahead by the database's clock (the engines' leader and `db init` keep them ahead; see db/partitions.py)."""
         for table in decl.tables:
-            if table.partition is None:
-                continue
-            qualified = sql.Identifier(decl.schema, table.name).as_string(None)
-            rows = await cls.fetch(conn, "catalog_partitions", {"table": qualified})
-            if rows:
-                continue
+            if table.partition is not None and not await cls.partitions_of(conn, decl, table.name):
+                await cls.create_partitions(conn, decl, table, None)
+
+    @classmethod
+    async def partitions_of(cls, conn: Conn, decl: schema.Schemata, table: str) -> list[partitions.Partition]:
+        """The table's partitions (those being detached included)."""
+        qualified = sql.Identifier(decl.schema, table).as_string(None)
+        rows = await cls.fetch(conn, "catalog_partitions", {"table": qualified})
+        return [partitions.Partition(r["name"], r["lower"], r["upper"], r["detaching"]) for r in rows]
+
+    @classmethod
+    async def create_partitions(
+        cls, conn: Conn, decl: schema.Schemata, table: schema.Table, now: datetime | None
+    ) -> list[str]:
+        """In the caller's transaction: the partitions `table` lacks to cover MINVALUE to a few days past `now`
+        (None: the database's clock); their names."""
+        assert table.partition is not None
+        if now is None:
             cursor = await conn.execute("SELECT now() AS now")
             row = await cursor.fetchone()
             assert row is not None
-            for bound in partitions.missing(table.name, [], table.partition, row["now"]):
-                for statement in schema.partition_statements(decl.schema, table, bound):
-                    await conn.execute(statement)
+            now = row["now"]
+        assert now is not None
+        made = []
+        for bound in partitions.missing(
+            table.name, await cls.partitions_of(conn, decl, table.name), table.partition, now
+        ):
+            for statement in schema.partition_statements(decl.schema, table, bound):
+                await conn.execute(statement)
+            made.append(bound.name)
+        return made
 
     async def existing(self, conn: Conn, name: str = "scheduler") -> schema.Existing:
         """What the catalog holds of schema `name` (readable by any role that can connect)."""
